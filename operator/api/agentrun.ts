@@ -1,0 +1,341 @@
+// The AgentRun API (watchdog.dev/v1alpha1). These zod schemas are the single source of truth:
+// the CRD in crds/ is generated from them (hack/generate-crds.ts), and the operator and the
+// sandbox SDK parse objects with them. Constraints written here become CEL rules in the CRD.
+import { z } from "zod";
+import { DURATION_PATTERN } from "./duration.ts";
+
+export const GROUP = "watchdog.dev";
+export const VERSION = "v1alpha1";
+export const API_VERSION = `${GROUP}/${VERSION}`;
+export const KIND = "AgentRun";
+export const PLURAL = "agentruns";
+export const SINGULAR = "agentrun";
+export const SHORT_NAMES = ["ar"];
+
+/** Meta key read by the CRD generator: the string is a positive Go duration. */
+export const DURATION_META = "x-watchdog-duration";
+/** Meta key read by the CRD generator: keep arbitrary JSON below this node. */
+export const FREE_FORM_META = "x-kubernetes-preserve-unknown-fields";
+
+const duration = (description: string) =>
+  z
+    .string()
+    .max(32)
+    .regex(DURATION_PATTERN, "must be a positive duration such as 30s, 5m or 1h30m")
+    .meta({ description, [DURATION_META]: true });
+
+const count = (min: number, description: string) => z.int().min(min).max(1_000_000).meta({ description });
+
+const timestamp = (description: string) => z.iso.datetime({ offset: true }).meta({ description });
+
+// ---------------------------------------------------------------------------------------------
+// spec
+
+export const BackoffSpec = z
+  .strictObject({
+    initial: duration("Wait before the first retry.").optional(),
+    factor: z.number().min(1).max(100).meta({ description: "Multiplier applied to the wait for each further retry (>= 1)." }).optional(),
+    max: duration("Upper bound of the wait.").optional(),
+  })
+  .meta({ description: "Exponential backoff: the wait before retry n is min(max, initial * factor^(n-1))." });
+
+export const StallSpec = z
+  .strictObject({
+    enabled: z.boolean().meta({ description: "Whether stall nudges are sent. Default true." }).optional(),
+    timeout: duration(
+      "How long final agent text may stand with no newer activity before a nudge is sent. Default 30s.",
+    ).optional(),
+    maxNudges: count(0, "Nudges sent before the run needs a person (StallUnresolved). Default 3.").optional(),
+    message: z
+      .string()
+      .min(1)
+      .max(2048)
+      .meta({ description: "Text delivered into the agent's session as the nudge." })
+      .optional(),
+  })
+  .meta({ description: "Stall watchdog: nudges an agent whose reply chain has broken." });
+
+export const WatchdogSpec = z
+  .strictObject({
+    heartbeatTimeout: duration(
+      "An active run (Starting, Planning, ExecutingTool) with no heartbeat for longer is hung. Default 5m.",
+    ).optional(),
+    maxRestarts: count(
+      0,
+      "Recovery allowance: hung or crashed sandboxes are replaced at most this many times. Default 3.",
+    ).optional(),
+    backoff: BackoffSpec.meta({
+      description: "Wait before a replacement sandbox. Defaults: initial 60s, factor 2, max 10m.",
+    }).optional(),
+    rateLimitBackoff: BackoffSpec.meta({
+      description:
+        "Wait when the failure was a rate limit (HTTP 429; a reported Retry-After wins). Does not spend maxRestarts. Defaults: initial 2s, factor 2, max 5m.",
+    }).optional(),
+    maxConsecutiveToolFailures: count(
+      1,
+      "The same tool with the same arguments failing this many times in a row is a loop (ToolLoop). Default 3.",
+    ).optional(),
+    stall: StallSpec.optional(),
+  })
+  .meta({
+    description:
+      "Watchdog settings. Each field left out takes the operator's install default, then the built-in default.",
+  });
+
+// The sandbox pod template. The pod spec itself is validated by the API server when the operator
+// creates the pod; here we insist on what every pod needs: at least one named container.
+export const Container = z
+  .looseObject({
+    name: z.string().min(1).max(63).meta({ description: "Container name." }),
+    image: z.string().min(1).meta({ description: "Container image." }).optional(),
+  })
+  .meta({ description: "A container of the sandbox pod (core/v1 Container)." });
+
+export const PodTemplateSpec = z
+  .strictObject({
+    metadata: z
+      .looseObject({})
+      .meta({ description: "Labels and annotations for the sandbox pod." })
+      .optional(),
+    spec: z
+      .looseObject({
+        containers: z.array(Container).min(1).max(64).meta({ description: "The sandbox containers; at least one." }),
+      })
+      .meta({ description: "Pod spec of the sandbox (core/v1 PodSpec)." }),
+  })
+  .meta({ description: "Pod template of the sandbox (core/v1 PodTemplateSpec)." });
+
+export const AgentRunSpec = z
+  .strictObject({
+    template: PodTemplateSpec,
+    goal: z.string().max(65_536).meta({ description: "The task, handed to the sandbox." }).optional(),
+    suspend: z
+      .boolean()
+      .meta({
+        description:
+          "Pause the run: the sandbox pod is removed, no timer fires and nothing is nudged. Set false to resume.",
+      })
+      .optional(),
+    watchdog: WatchdogSpec.optional(),
+  })
+  .meta({ description: "Desired state of an agent run, written by the user." });
+
+// ---------------------------------------------------------------------------------------------
+// status written by the sandbox (the sandbox protocol)
+
+export const SANDBOX_STATES = ["Planning", "ExecutingTool", "AwaitingReply"] as const;
+export const ACTIVITY_KINDS = ["text", "delta", "toolResult", "userMessage", "noReply", "emptyText"] as const;
+export const TOOL_CALL_STATES = ["Started", "Succeeded", "Failed"] as const;
+
+export const Activity = z
+  .strictObject({
+    kind: z.enum(ACTIVITY_KINDS).meta({
+      description:
+        "text: final non-empty agent text (arms the stall watchdog); delta: a stream started (disarms); toolResult: resets the stall timer; userMessage, noReply, emptyText: disarm.",
+    }),
+    time: timestamp("When the activity happened."),
+  })
+  .meta({ description: "The agent's latest activity, which drives the stall watchdog." });
+
+export const Heartbeat = z
+  .strictObject({
+    time: timestamp("When the sandbox last reported it was alive."),
+    attempt: count(1, "The attempt the writing sandbox belongs to; stale attempts are ignored."),
+    state: z.enum(SANDBOX_STATES).meta({ description: "What the agent is doing." }),
+    activity: Activity.optional(),
+  })
+  .meta({ description: "Liveness report written by the sandbox." });
+
+export const ToolCallError = z
+  .strictObject({
+    message: z.string().max(4096).meta({ description: "What went wrong." }).optional(),
+    httpStatus: z.int().min(0).max(999).meta({ description: "HTTP status of the failure, if any (429 means rate limited)." }).optional(),
+    retryAfterSeconds: z.number().min(0).max(86_400).meta({ description: "Retry-After reported with the failure." }).optional(),
+  })
+  .meta({ description: "Why the call failed." });
+
+export const ToolCall = z
+  .strictObject({
+    id: z.string().min(1).max(128).meta({ description: "Unique id of the call." }),
+    name: z.string().min(1).max(256).meta({ description: "Tool name." }),
+    argsHash: z.string().max(128).meta({ description: "Hash of the call's arguments." }),
+    idempotencyKey: z.string().max(256).meta({ description: "Stable key the tool uses to recognise a repeated request." }).optional(),
+    idempotent: z.boolean().meta({ description: "Whether running the tool twice is harmless." }).optional(),
+    attempt: count(1, "The attempt that made the call.").optional(),
+    state: z.enum(TOOL_CALL_STATES).meta({ description: "Started is recorded (intent committed) before the tool runs." }),
+    error: ToolCallError.optional(),
+    startedAt: timestamp("When the call started.").optional(),
+    finishedAt: timestamp("When the call finished.").optional(),
+    result: z.string().max(8192).meta({ description: "Small saved result (JSON text), returned on replay." }).optional(),
+  })
+  .meta({ description: "A tool call record." });
+
+export const Checkpoint = z
+  .strictObject({
+    step: z.int().min(0).meta({ description: "Last committed step." }),
+    data: z.unknown().meta({ description: "State a new attempt resumes from.", [FREE_FORM_META]: true }).optional(),
+  })
+  .meta({ description: "The last committed state that a new attempt resumes from." });
+
+/** The status fields a sandbox may write; everything else in status belongs to the operator. */
+export const SANDBOX_STATUS_FIELDS = ["heartbeat", "toolCalls", "checkpoint"] as const;
+
+// ---------------------------------------------------------------------------------------------
+// status written by the operator
+
+export const PHASES = [
+  "Queued",
+  "Starting",
+  "Planning",
+  "ExecutingTool",
+  "AwaitingReply",
+  "NeedsHumanIntervention",
+  "Suspended",
+  "Completed",
+  "Failed",
+] as const;
+export type Phase = (typeof PHASES)[number];
+export const TERMINAL_PHASES: readonly Phase[] = ["Completed", "Failed"];
+/** Phases in which a sandbox pod is expected to be alive. */
+export const ACTIVE_PHASES: readonly Phase[] = ["Starting", "Planning", "ExecutingTool", "AwaitingReply"];
+
+export const CONDITION_TYPES = ["Running", "BackingOff", "NeedsHumanIntervention", "Succeeded", "SandboxReportValid"] as const;
+export type ConditionType = (typeof CONDITION_TYPES)[number];
+
+export const Condition = z
+  .strictObject({
+    type: z.string().min(1).max(316).meta({ description: "Condition type." }),
+    status: z.enum(["True", "False", "Unknown"]).meta({ description: "True, False or Unknown." }),
+    observedGeneration: z.int().min(0).meta({ description: "Generation the condition was set for." }).optional(),
+    lastTransitionTime: timestamp("When the status last changed."),
+    reason: z.string().min(1).max(1024).meta({ description: "Machine-readable reason in CamelCase." }),
+    message: z.string().max(32_768).meta({ description: "Human-readable detail." }),
+  })
+  .meta({ description: "A metav1.Condition." });
+export type Condition = z.infer<typeof Condition>;
+
+export const STALL_STATES = ["Disarmed", "Armed", "Fired"] as const;
+export const StallStatus = z
+  .strictObject({
+    state: z.enum(STALL_STATES).meta({ description: "Disarmed, Armed (final text seen, timer running) or Fired (nudged)." }),
+    nudges: count(0, "Nudges sent since the stall watchdog was last disarmed."),
+    armedAt: timestamp("Time of the activity that armed the timer.").optional(),
+    lastNudge: z
+      .strictObject({
+        time: timestamp("When the nudge was recorded."),
+        message: z.string().max(2048).meta({ description: "The nudge text the sandbox delivers." }),
+      })
+      .meta({ description: "The newest nudge; the sandbox delivers each new one into the agent's session." })
+      .optional(),
+  })
+  .meta({ description: "Stall watchdog state." });
+
+export const FailureRecord = z
+  .strictObject({
+    reason: z.string().max(256).meta({ description: "HeartbeatTimeout, PodFailed, RateLimited, ToolLoop, ..." }),
+    message: z.string().max(4096).meta({ description: "Human-readable detail." }),
+    time: timestamp("When the failure was detected."),
+    attempt: count(1, "The attempt that failed.").optional(),
+    state: z.enum(SANDBOX_STATES).meta({ description: "What the agent was doing when it failed." }).optional(),
+    tool: z
+      .strictObject({
+        name: z.string().max(256).meta({ description: "Tool name." }),
+        argsHash: z.string().max(128).meta({ description: "Hash of the call's arguments." }),
+        state: z.enum(TOOL_CALL_STATES).meta({ description: "The call's last recorded state." }),
+      })
+      .meta({ description: "The newest tool call of the failed attempt, if any." })
+      .optional(),
+  })
+  .meta({ description: "Why the last attempt ended." });
+
+const resolvedBackoff = z
+  .strictObject({
+    initial: z.string().meta({ description: "Wait before the first retry." }),
+    factor: z.number().meta({ description: "Multiplier for each further retry." }),
+    max: z.string().meta({ description: "Upper bound of the wait." }),
+  })
+  .meta({ description: "Effective backoff." });
+
+export const EffectiveWatchdog = z
+  .strictObject({
+    heartbeatTimeout: z.string().meta({ description: "Effective heartbeat timeout." }),
+    maxRestarts: z.int().meta({ description: "Effective recovery allowance." }),
+    backoff: resolvedBackoff,
+    rateLimitBackoff: resolvedBackoff,
+    maxConsecutiveToolFailures: z.int().meta({ description: "Effective loop limit." }),
+    stall: z
+      .strictObject({
+        enabled: z.boolean().meta({ description: "Whether stall nudges are sent." }),
+        timeout: z.string().meta({ description: "Stall timeout." }),
+        maxNudges: z.int().meta({ description: "Nudges before escalation." }),
+        message: z.string().meta({ description: "Nudge text." }),
+      })
+      .meta({ description: "Effective stall settings." }),
+  })
+  .meta({ description: "Effective watchdog settings: the run's spec.watchdog over the install defaults over built-in defaults." });
+export type EffectiveWatchdog = z.infer<typeof EffectiveWatchdog>;
+
+export const AgentRunStatus = z
+  .strictObject({
+    // operator-owned
+    phase: z.enum(PHASES).meta({ description: "Where the run is in its life. Completed and Failed are terminal." }).optional(),
+    reason: z.string().max(256).meta({ description: "Why the run is in its phase." }).optional(),
+    message: z.string().max(4096).meta({ description: "Human-readable detail of the phase." }).optional(),
+    attempt: count(0, "Current attempt, 1-based; each sandbox pod is one attempt.").optional(),
+    restarts: count(0, "Hung or crashed sandboxes replaced so far (spends maxRestarts).").optional(),
+    rateLimitRequeues: count(0, "Consecutive requeues caused by rate limits (does not spend maxRestarts).").optional(),
+    podName: z.string().max(253).meta({ description: "The current attempt's sandbox pod." }).optional(),
+    retryAfter: timestamp("No sandbox starts before this time (mirrors the watchdog.dev/retry-after annotation).").optional(),
+    startTime: timestamp("When the first sandbox was started.").optional(),
+    completionTime: timestamp("When the run reached a terminal phase.").optional(),
+    observedGeneration: z.int().min(0).meta({ description: "The spec generation last acted on." }).optional(),
+    observedResume: z.string().max(256).meta({ description: "The last watchdog.dev/resume value acted on." }).optional(),
+    toolCallsResetAfter: z
+      .string()
+      .max(128)
+      .meta({ description: "Id of the newest tool call when the failure streak was last reset; loop detection counts only later calls." })
+      .optional(),
+    lastFailure: FailureRecord.optional(),
+    conditions: z.array(Condition).max(16).meta({ description: "Running, BackingOff, NeedsHumanIntervention, Succeeded, SandboxReportValid." }).optional(),
+    stall: StallStatus.optional(),
+    watchdog: EffectiveWatchdog.optional(),
+    // sandbox-owned
+    heartbeat: Heartbeat.optional(),
+    toolCalls: z.array(ToolCall).max(64).meta({ description: "The latest tool calls, newest last." }).optional(),
+    checkpoint: Checkpoint.optional(),
+  })
+  .meta({ description: "Observed state. The sandbox writes heartbeat, toolCalls and checkpoint; the operator writes the rest." });
+
+export const ObjectMeta = z.looseObject({
+  name: z.string().optional(),
+  namespace: z.string().optional(),
+  uid: z.string().optional(),
+  generation: z.int().optional(),
+  resourceVersion: z.string().optional(),
+  creationTimestamp: z.union([z.string(), z.date()]).optional(),
+  deletionTimestamp: z.union([z.string(), z.date()]).optional(),
+  annotations: z.record(z.string(), z.string()).optional(),
+  labels: z.record(z.string(), z.string()).optional(),
+});
+
+export const AgentRun = z.looseObject({
+  apiVersion: z.string().optional(),
+  kind: z.string().optional(),
+  metadata: ObjectMeta,
+  spec: AgentRunSpec,
+  status: AgentRunStatus.optional(),
+});
+
+export type BackoffSpec = z.infer<typeof BackoffSpec>;
+export type WatchdogSpec = z.infer<typeof WatchdogSpec>;
+export type AgentRunSpec = z.infer<typeof AgentRunSpec>;
+export type Activity = z.infer<typeof Activity>;
+export type Heartbeat = z.infer<typeof Heartbeat>;
+export type ToolCall = z.infer<typeof ToolCall>;
+export type Checkpoint = z.infer<typeof Checkpoint>;
+export type StallStatus = z.infer<typeof StallStatus>;
+export type FailureRecord = z.infer<typeof FailureRecord>;
+export type AgentRunStatus = z.infer<typeof AgentRunStatus>;
+export type AgentRun = z.infer<typeof AgentRun>;
+export type SandboxState = (typeof SANDBOX_STATES)[number];
+export type ActivityKind = (typeof ACTIVITY_KINDS)[number];

@@ -1,0 +1,94 @@
+// Resolution of watchdog settings: the run's spec.watchdog field by field, then the install's
+// defaults (operator configuration, from Helm values), then the built-in defaults below.
+import type { z } from "zod";
+import { WatchdogSpec, type EffectiveWatchdog } from "./agentrun.ts";
+import { parseDuration } from "./duration.ts";
+
+export const BUILTIN_DEFAULTS: EffectiveWatchdog = {
+  heartbeatTimeout: "5m",
+  maxRestarts: 3,
+  backoff: { initial: "60s", factor: 2, max: "10m" },
+  rateLimitBackoff: { initial: "2s", factor: 2, max: "5m" },
+  maxConsecutiveToolFailures: 3,
+  stall: {
+    enabled: true,
+    timeout: "30s",
+    maxNudges: 3,
+    message: "[System] Reply chain broken (stall detected). Resume your task or reply NO_REPLY.",
+  },
+};
+
+/** Install-wide defaults have the shape of spec.watchdog: every field optional. */
+export const InstallDefaults = WatchdogSpec;
+export type InstallDefaults = z.infer<typeof InstallDefaults>;
+
+type Layer = z.infer<typeof WatchdogSpec> | undefined;
+
+function pick<K extends keyof EffectiveWatchdog>(key: K, layers: Layer[]): EffectiveWatchdog[K] {
+  for (const layer of layers) {
+    const value = layer?.[key];
+    if (value !== undefined) return value as EffectiveWatchdog[K];
+  }
+  return BUILTIN_DEFAULTS[key];
+}
+
+function pickNested<K extends "backoff" | "rateLimitBackoff" | "stall">(key: K, layers: Layer[]): EffectiveWatchdog[K] {
+  const merged: Record<string, unknown> = { ...BUILTIN_DEFAULTS[key] };
+  // Walk from the weakest layer to the strongest so that stronger fields win one by one.
+  for (const layer of [...layers].reverse()) {
+    const nested = layer?.[key] as Record<string, unknown> | undefined;
+    for (const [field, value] of Object.entries(nested ?? {})) {
+      if (value !== undefined) merged[field] = value;
+    }
+  }
+  return merged as EffectiveWatchdog[K];
+}
+
+/** Effective settings for a run: spec over install defaults over built-in defaults. */
+export function resolveWatchdog(spec: Layer, install?: Layer): EffectiveWatchdog {
+  const layers = [spec, install];
+  return {
+    heartbeatTimeout: pick("heartbeatTimeout", layers),
+    maxRestarts: pick("maxRestarts", layers),
+    backoff: pickNested("backoff", layers),
+    rateLimitBackoff: pickNested("rateLimitBackoff", layers),
+    maxConsecutiveToolFailures: pick("maxConsecutiveToolFailures", layers),
+    stall: pickNested("stall", layers),
+  };
+}
+
+/** Effective settings with durations in milliseconds, as the watchdog core uses them. */
+export interface WatchdogSettings {
+  heartbeatTimeoutMs: number;
+  maxRestarts: number;
+  backoff: BackoffSettings;
+  rateLimitBackoff: BackoffSettings;
+  maxConsecutiveToolFailures: number;
+  stall: { enabled: boolean; timeoutMs: number; maxNudges: number; message: string };
+}
+export interface BackoffSettings {
+  initialMs: number;
+  factor: number;
+  maxMs: number;
+}
+
+export function toSettings(effective: EffectiveWatchdog): WatchdogSettings {
+  const backoff = (b: EffectiveWatchdog["backoff"]): BackoffSettings => ({
+    initialMs: parseDuration(b.initial),
+    factor: b.factor,
+    maxMs: parseDuration(b.max),
+  });
+  return {
+    heartbeatTimeoutMs: parseDuration(effective.heartbeatTimeout),
+    maxRestarts: effective.maxRestarts,
+    backoff: backoff(effective.backoff),
+    rateLimitBackoff: backoff(effective.rateLimitBackoff),
+    maxConsecutiveToolFailures: effective.maxConsecutiveToolFailures,
+    stall: {
+      enabled: effective.stall.enabled,
+      timeoutMs: parseDuration(effective.stall.timeout),
+      maxNudges: effective.stall.maxNudges,
+      message: effective.stall.message,
+    },
+  };
+}

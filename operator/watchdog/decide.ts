@@ -1,0 +1,524 @@
+// The watchdog core: (run, its pods, now, install defaults) -> plan. No I/O, no clock, no memory
+// between calls: everything it needs is in the objects, so any operator replica, restarted at
+// any moment, decides the same.
+import { isDeepStrictEqual } from "node:util";
+import {
+  ACTIVE_PHASES,
+  TERMINAL_PHASES,
+  type AgentRun,
+  type AgentRunStatus,
+  type Condition,
+  type FailureRecord,
+  type Heartbeat,
+  type Phase,
+} from "../api/agentrun.ts";
+import { ANNOTATIONS } from "../api/annotations.ts";
+import { resolveWatchdog, toSettings, type InstallDefaults, type WatchdogSettings } from "../api/defaults.ts";
+import { formatDuration } from "../api/duration.ts";
+import { backoffDelay, rateLimitDelay } from "./backoff.ts";
+import { findCondition, setCondition } from "./conditions.ts";
+import { isLive, podView, readRun, toMillis, type PodView } from "./observe.ts";
+import {
+  OPERATOR_STATUS_FIELDS,
+  type AnnotationPatch,
+  type MetricSignal,
+  type Plan,
+  type PlannedEvent,
+  type PodDeletion,
+  type StatusPatch,
+} from "./plan.ts";
+import { REASONS, type InterventionReason, type RestartReason } from "./reasons.ts";
+import { sandboxPod, sandboxPodName, type SandboxPodManifest } from "./sandbox-pod.ts";
+import { DISARMED, stepStall } from "./stall.ts";
+import { detectLoop, isRateLimited, newestCurrentCall } from "./tool-calls.ts";
+
+/** A heartbeat further in the future than this is a broken clock or garbage, not a sign of life. */
+export const MAX_CLOCK_SKEW_MS = 60_000;
+
+export interface DecideInput {
+  /** The AgentRun as read from the API server (raw JSON or a client-node object). */
+  run: unknown;
+  /** The pods labelled with this run's name. */
+  pods: readonly unknown[];
+  /** The time now, in ms since the epoch. */
+  now: number;
+  /** The install's watchdog defaults (operator configuration). */
+  defaults?: InstallDefaults;
+}
+
+type OperatorStatus = Pick<AgentRunStatus, (typeof OPERATOR_STATUS_FIELDS)[number]>;
+
+const isoSeconds = (ms: number) => new Date(Math.floor(ms / 1000) * 1000).toISOString().replace(".000Z", "Z");
+/** Rounded up, so that a wait recorded in whole seconds is never shorter than decided. */
+const isoCeilSeconds = (ms: number) => new Date(Math.ceil(ms / 1000) * 1000).toISOString().replace(".000Z", "Z");
+
+/** The working state of one decision. */
+class Decision {
+  readonly next: OperatorStatus;
+  readonly events: PlannedEvent[] = [];
+  readonly metrics: MetricSignal[] = [];
+  readonly deletions: PodDeletion[] = [];
+  createPod?: SandboxPodManifest;
+  wakeAt?: number;
+  summary = "no change";
+  readonly problems: string[];
+  readonly run: AgentRun;
+  readonly pods: readonly PodView[];
+  readonly now: number;
+  readonly settings: WatchdogSettings;
+
+  constructor(run: AgentRun, pods: readonly PodView[], now: number, settings: WatchdogSettings, problems: string[]) {
+    this.run = run;
+    this.pods = pods;
+    this.now = now;
+    this.settings = settings;
+    this.problems = problems;
+    this.next = structuredClone(pickOperatorStatus(run.status ?? {}));
+  }
+
+  get status(): AgentRunStatus {
+    return this.run.status ?? {};
+  }
+  get attempt(): number {
+    return this.next.attempt ?? 0;
+  }
+  get phase(): Phase {
+    return this.next.phase ?? "Queued";
+  }
+  get nowIso(): string {
+    return isoSeconds(this.now);
+  }
+
+  wake(at: number | undefined): void {
+    if (at === undefined) return;
+    this.wakeAt = this.wakeAt === undefined ? at : Math.min(this.wakeAt, at);
+  }
+
+  event(type: PlannedEvent["type"], reason: string, action: string, note: string): void {
+    this.events.push({ type, reason, action, note });
+  }
+
+  setPhase(phase: Phase, reason?: string, message?: string): void {
+    this.next.phase = phase;
+    this.next.reason = reason;
+    this.next.message = message;
+  }
+
+  /** Deletes every live pod of the run except `keep`, unless a deletion is already under way. */
+  deleteLivePods(keep?: PodView): void {
+    for (const pod of this.pods) {
+      if (pod === keep || !isLive(pod) || pod.deleting) continue;
+      if (this.deletions.some((d) => d.name === pod.name)) continue;
+      this.deletions.push(pod.uid ? { name: pod.name, uid: pod.uid } : { name: pod.name });
+    }
+  }
+}
+
+function pickOperatorStatus(status: AgentRunStatus): OperatorStatus {
+  const out: Record<string, unknown> = {};
+  for (const field of OPERATOR_STATUS_FIELDS) {
+    if (status[field] !== undefined) out[field] = status[field];
+  }
+  return out as OperatorStatus;
+}
+
+/** The current attempt's heartbeat, if it is one the watchdog may believe. */
+function currentHeartbeat(d: Decision): Heartbeat | undefined {
+  const hb = d.status.heartbeat;
+  if (!hb) return undefined;
+  if (hb.attempt !== d.attempt) {
+    if (hb.attempt > d.attempt) d.problems.push(`status.heartbeat.attempt ${hb.attempt} is ahead of the run's attempt ${d.attempt}`);
+    return undefined; // a stale attempt's heartbeat is ignored
+  }
+  const time = toMillis(hb.time);
+  if (time === undefined || time > d.now + MAX_CLOCK_SKEW_MS) {
+    d.problems.push("status.heartbeat.time is in the future; the heartbeat is ignored");
+    return undefined;
+  }
+  return hb;
+}
+
+function retryAfterOf(d: Decision): number | undefined {
+  // The status copy and the annotation are written by the same plan; honour the later of the two
+  // so that neither a lost annotation write nor a hand-edited status starts a sandbox early.
+  const fromStatus = toMillis(d.next.retryAfter);
+  const fromAnnotation = toMillis(d.run.metadata.annotations?.[ANNOTATIONS.retryAfter]);
+  const candidates = [fromStatus, fromAnnotation].filter((v): v is number => v !== undefined);
+  return candidates.length ? Math.max(...candidates) : undefined;
+}
+
+function failureRecord(d: Decision, reason: string, message: string, hb: Heartbeat | undefined): FailureRecord {
+  const record: FailureRecord = { reason, message, time: d.nowIso, attempt: d.attempt };
+  if (hb) record.state = hb.state;
+  const call = newestCurrentCall(d.status.toolCalls, hb, d.attempt);
+  if (call) record.tool = { name: call.name, argsHash: call.argsHash, state: call.state };
+  return record;
+}
+
+/** Leaves the current attempt behind: the next sandbox is a new attempt with fresh stall state. */
+function endAttempt(d: Decision): void {
+  d.next.attempt = d.attempt + 1;
+  d.next.podName = undefined;
+  d.next.stall = { ...DISARMED };
+}
+
+function needsHuman(d: Decision, reason: InterventionReason, message: string, hb: Heartbeat | undefined, cause?: string): void {
+  d.setPhase("NeedsHumanIntervention", reason, message);
+  d.next.podName = undefined;
+  d.next.lastFailure = failureRecord(d, cause ?? reason, message, hb);
+  d.deleteLivePods();
+  d.event("Warning", reason, "Escalate", `${message}; the run needs a person (annotate ${ANNOTATIONS.resume} to resume)`);
+  d.metrics.push({ kind: "needsHuman", reason });
+  d.summary = `needs human intervention: ${reason}`;
+}
+
+/**
+ * A hung or crashed sandbox (rules 2-5): requeue with backoff, or with the rate-limit backoff when
+ * the newest call was throttled, or stop for a person when the allowance is spent.
+ */
+function sandboxFailed(d: Decision, cause: RestartReason, message: string, hb: Heartbeat | undefined, pod: PodView | undefined, deadline?: number): void {
+  if (pod && isLive(pod) && !pod.deleting) d.deletions.push(pod.uid ? { name: pod.name, uid: pod.uid } : { name: pod.name });
+  d.deleteLivePods(pod);
+  if (cause === REASONS.heartbeatTimeout && deadline !== undefined) d.metrics.push({ kind: "hungKilled", deadline });
+
+  const newest = newestCurrentCall(d.status.toolCalls, hb, d.attempt);
+  if (isRateLimited(newest)) {
+    const n = (d.next.rateLimitRequeues ?? 0) + 1;
+    const delay = rateLimitDelay(d.settings.rateLimitBackoff, n, newest.error?.retryAfterSeconds);
+    const detail = `${message}; the last call to ${newest.name} was rate limited (HTTP 429)`;
+    requeue(d, REASONS.rateLimited, detail, delay, hb);
+    d.next.rateLimitRequeues = n;
+    return;
+  }
+
+  const restarts = (d.next.restarts ?? 0) + 1;
+  if (restarts > d.settings.maxRestarts) {
+    needsHuman(
+      d,
+      REASONS.recoveryBudgetExhausted,
+      `${message}; the recovery allowance of ${d.settings.maxRestarts} restart${d.settings.maxRestarts === 1 ? "" : "s"} is spent`,
+      hb,
+      cause,
+    );
+    return;
+  }
+  requeue(d, cause, message, backoffDelay(d.settings.backoff, restarts), hb);
+  d.next.restarts = restarts;
+  d.next.rateLimitRequeues = 0;
+}
+
+function requeue(d: Decision, reason: string, message: string, delayMs: number, hb: Heartbeat | undefined): void {
+  const failedAttempt = d.attempt;
+  d.next.lastFailure = failureRecord(d, reason, message, hb);
+  endAttempt(d);
+  const retryAt = d.now + delayMs;
+  d.next.retryAfter = isoCeilSeconds(retryAt);
+  d.setPhase("Queued", reason, `${message}; attempt ${d.attempt} starts after ${d.next.retryAfter}`);
+  d.event(
+    "Warning",
+    reason,
+    "Requeue",
+    `attempt ${failedAttempt}: ${message}; attempt ${d.attempt} starts in ${formatDuration(delayMs)}`,
+  );
+  d.metrics.push({ kind: "requeue", reason });
+  d.wake(toMillis(d.next.retryAfter));
+  d.summary = `requeued (${reason}) for ${formatDuration(delayMs)}`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// the phases
+
+function decideQueued(d: Decision): void {
+  const live = d.pods.filter(isLive);
+  const own = live.find((p) => p.attempt === d.attempt && !p.deleting);
+  if (own) {
+    // The pod was created but the status write that should have followed it was lost: adopt it.
+    d.setPhase("Starting");
+    d.next.podName = own.name;
+    d.next.startTime ??= d.nowIso;
+    d.deleteLivePods(own);
+    d.summary = `adopted sandbox pod ${own.name}`;
+    return;
+  }
+  if (live.length > 0) {
+    // Never two sandboxes: wait until every earlier pod is confirmed gone.
+    d.deleteLivePods();
+    d.summary = `waiting for ${live.map((p) => p.name).join(", ")} to be gone`;
+    return;
+  }
+  const retryAfter = retryAfterOf(d);
+  if (retryAfter !== undefined && d.now < retryAfter) {
+    d.wake(retryAfter);
+    d.summary = `backing off until ${new Date(retryAfter).toISOString()}`;
+    return;
+  }
+  d.createPod = sandboxPod(d.run, d.attempt);
+  d.setPhase("Starting");
+  d.next.podName = d.createPod.metadata.name;
+  d.next.startTime ??= d.nowIso;
+  d.next.stall = { ...DISARMED };
+  d.event("Normal", REASONS.sandboxCreated, "CreatePod", `created sandbox pod ${d.createPod.metadata.name} for attempt ${d.attempt}`);
+  d.wake(d.now + d.settings.heartbeatTimeoutMs + 1);
+  d.summary = `starting attempt ${d.attempt}`;
+}
+
+function podFailureMessage(pod: PodView): string {
+  const parts = [`sandbox pod ${pod.name} failed`];
+  if (pod.exit?.code !== undefined) parts.push(`exit code ${pod.exit.code}`);
+  if (pod.exit?.reason) parts.push(pod.exit.reason);
+  if (pod.exit?.message) parts.push(pod.exit.message.slice(0, 200));
+  return parts.join(": ");
+}
+
+function decideActive(d: Decision): void {
+  const expected = d.next.podName ?? sandboxPodName(d.run.metadata.name as string, d.attempt);
+  const pod = d.pods.find((p) => p.name === expected && (p.attempt === undefined || p.attempt === d.attempt));
+  d.deleteLivePods(pod); // pods of earlier attempts, or strays, must not run beside this one
+  const hb = currentHeartbeat(d);
+
+  if (!pod || pod.deleting) {
+    sandboxFailed(d, REASONS.podFailed, `sandbox pod ${expected} was deleted or vanished`, hb, pod);
+    return;
+  }
+  if (pod.phase === "Succeeded") {
+    d.setPhase("Completed", REASONS.completed, `sandbox pod ${pod.name} exited 0`);
+    d.next.completionTime = d.nowIso;
+    d.next.retryAfter = undefined;
+    d.event("Normal", REASONS.completed, "Complete", `attempt ${d.attempt} completed`);
+    d.summary = "completed";
+    return;
+  }
+  if (pod.phase === "Failed") {
+    sandboxFailed(d, REASONS.podFailed, podFailureMessage(pod), hb, pod);
+    return;
+  }
+
+  const loop = detectLoop(d.status.toolCalls, d.next.toolCallsResetAfter, hb, d.attempt, d.settings.maxConsecutiveToolFailures);
+  if (loop) {
+    needsHuman(
+      d,
+      REASONS.toolLoop,
+      `tool ${loop.name} failed ${d.settings.maxConsecutiveToolFailures} times in a row with the same arguments (${loop.argsHash})`,
+      hb,
+    );
+    return;
+  }
+
+  // In an active phase the phase mirrors what the sandbox reports; reasons belong to the phases
+  // that explain why no sandbox runs.
+  const phase: Phase = hb ? hb.state : "Starting";
+  if (phase !== d.phase || d.next.reason !== undefined || d.next.message !== undefined) d.setPhase(phase);
+
+  if (phase !== "AwaitingReply") {
+    // Hung: no heartbeat for longer than the timeout. Before the first heartbeat the pod's
+    // creation is the last sign of life.
+    const lastAlive = Math.max(pod.createdAt, hb ? (toMillis(hb.time) ?? 0) : 0);
+    const deadline = lastAlive + d.settings.heartbeatTimeoutMs;
+    if (d.now > deadline) {
+      const since = hb ? `the last heartbeat at ${hb.time}` : `the pod was created at ${new Date(pod.createdAt).toISOString()}`;
+      sandboxFailed(
+        d,
+        REASONS.heartbeatTimeout,
+        `no heartbeat for ${formatDuration(d.now - lastAlive)} (timeout ${formatDuration(d.settings.heartbeatTimeoutMs)}) since ${since}`,
+        hb,
+        pod,
+        deadline,
+      );
+      return;
+    }
+    d.wake(deadline + 1);
+  }
+
+  if (hb) {
+    const step = stepStall(d.next.stall, hb.activity, d.now, d.settings.stall, phase === "AwaitingReply");
+    d.next.stall = step.stall;
+    if (step.escalate) {
+      needsHuman(d, REASONS.stallUnresolved, `the agent stayed stalled after ${d.settings.stall.maxNudges} nudge${d.settings.stall.maxNudges === 1 ? "" : "s"}`, hb);
+      return;
+    }
+    if (step.nudge) {
+      d.event("Normal", REASONS.stallDetected, "Nudge", `stall detected; nudge ${step.stall.nudges} of ${d.settings.stall.maxNudges} recorded`);
+      d.metrics.push({ kind: "nudge" });
+      d.summary = `nudged (${step.stall.nudges}/${d.settings.stall.maxNudges})`;
+    }
+    d.wake(step.wakeAt);
+
+    // A call that got through ends a streak of rate limits.
+    const newest = newestCurrentCall(d.status.toolCalls, hb, d.attempt);
+    if (newest?.state === "Succeeded" && (d.next.rateLimitRequeues ?? 0) > 0) d.next.rateLimitRequeues = 0;
+  }
+}
+
+function decideSuspend(d: Decision): boolean {
+  const suspend = d.run.spec.suspend === true;
+  if (suspend && d.phase !== "Suspended") {
+    const hadSandbox = d.next.podName !== undefined || ACTIVE_PHASES.includes(d.phase);
+    if (hadSandbox) endAttempt(d);
+    d.setPhase("Suspended", REASONS.suspended, "spec.suspend is true");
+    d.deleteLivePods();
+    d.event("Normal", REASONS.suspended, "Suspend", "run suspended; its sandbox pod is removed");
+    d.summary = "suspended";
+    return true;
+  }
+  if (suspend) {
+    d.deleteLivePods();
+    return true;
+  }
+  if (d.phase === "Suspended") {
+    d.setPhase("Queued", REASONS.unsuspended, `attempt ${d.attempt} is queued`);
+    d.event("Normal", REASONS.unsuspended, "Unsuspend", "run unsuspended");
+    d.summary = "unsuspended";
+    decideQueued(d);
+    return true;
+  }
+  return false;
+}
+
+function decideResume(d: Decision): void {
+  const token = d.run.metadata.annotations?.[ANNOTATIONS.resume];
+  if (token === undefined || token === d.next.observedResume) return;
+  d.next.observedResume = token;
+  if (d.phase !== "NeedsHumanIntervention") return; // recorded, so that it cannot fire later by surprise
+  endAttempt(d);
+  d.next.restarts = 0;
+  d.next.rateLimitRequeues = 0;
+  d.next.retryAfter = undefined;
+  const newestCall = d.status.toolCalls?.at(-1);
+  d.next.toolCallsResetAfter = newestCall?.id;
+  d.setPhase("Queued", REASONS.resumed, `resumed by ${ANNOTATIONS.resume}=${token}; attempt ${d.attempt} is queued`);
+  d.event("Normal", REASONS.resumed, "Resume", `resumed with fresh budgets; attempt ${d.attempt} is queued`);
+  d.summary = "resumed";
+}
+
+// ---------------------------------------------------------------------------------------------
+// conditions, annotations and the final diff
+
+function conditionsFor(d: Decision): Condition[] {
+  const gen = d.run.metadata.generation;
+  const phase = d.phase;
+  let conditions: Condition[] = [...(d.next.conditions ?? [])];
+  const set = (type: Parameters<typeof setCondition>[1]["type"], status: "True" | "False" | "Unknown", reason: string, message: string) => {
+    conditions = setCondition(conditions, { type, status, reason, message }, d.nowIso, gen);
+  };
+  const reason = d.next.reason ?? phase;
+  const message = d.next.message ?? "";
+
+  if (ACTIVE_PHASES.includes(phase)) set("Running", "True", REASONS.running, `attempt ${d.attempt} runs in pod ${d.next.podName ?? ""}`);
+  else set("Running", "False", reason, message);
+
+  const backingOff = phase === "Queued" && (retryAfterOf(d) ?? 0) > d.now;
+  if (backingOff) set("BackingOff", "True", reason, message);
+  else set("BackingOff", "False", phase === "Queued" ? "RetryDue" : reason, "");
+
+  if (phase === "NeedsHumanIntervention") set("NeedsHumanIntervention", "True", reason, message);
+  else {
+    // Once False, the condition keeps the reason it got when it became False (e.g. Resumed).
+    const previous = findCondition(conditions, "NeedsHumanIntervention");
+    if (previous?.status === "True") set("NeedsHumanIntervention", "False", REASONS.resumed, message);
+    else if (!previous) set("NeedsHumanIntervention", "False", "NoInterventionNeeded", "");
+  }
+
+  if (phase === "Completed") set("Succeeded", "True", REASONS.completed, message);
+  else if (phase === "Failed") set("Succeeded", "False", reason, message);
+  else set("Succeeded", "Unknown", REASONS.notFinished, "");
+
+  if (d.problems.length > 0) set("SandboxReportValid", "False", REASONS.invalidSandboxReport, d.problems.join("; ").slice(0, 4096));
+  else if (findCondition(conditions, "SandboxReportValid")) set("SandboxReportValid", "True", REASONS.validSandboxReport, "");
+  return conditions;
+}
+
+function desiredAnnotations(d: Decision): Record<string, string | undefined> {
+  const retryAfter = d.next.retryAfter;
+  return {
+    [ANNOTATIONS.attempt]: String(d.attempt),
+    [ANNOTATIONS.retryAfter]: retryAfter,
+    [ANNOTATIONS.backoffReason]: retryAfter !== undefined ? d.next.lastFailure?.reason : undefined,
+  };
+}
+
+function diffAnnotations(d: Decision): AnnotationPatch | undefined {
+  const current = d.run.metadata.annotations ?? {};
+  const patch: AnnotationPatch = {};
+  for (const [key, value] of Object.entries(desiredAnnotations(d))) {
+    if (value === undefined && current[key] !== undefined) patch[key] = null;
+    else if (value !== undefined && current[key] !== value) patch[key] = value;
+  }
+  return Object.keys(patch).length ? patch : undefined;
+}
+
+/** Equal as JSON: key order and undefined members do not matter. */
+function sameJson(a: unknown, b: unknown): boolean {
+  const normal = (v: unknown) => (v === undefined ? undefined : JSON.parse(JSON.stringify(v)));
+  return isDeepStrictEqual(normal(a), normal(b));
+}
+
+function diffStatus(d: Decision): StatusPatch | undefined {
+  const before = pickOperatorStatus(d.status) as Record<string, unknown>;
+  const after = d.next as Record<string, unknown>;
+  const patch: Record<string, unknown> = {};
+  for (const field of OPERATOR_STATUS_FIELDS) {
+    if (sameJson(before[field], after[field])) continue;
+    patch[field] = after[field] === undefined ? null : after[field];
+  }
+  return Object.keys(patch).length ? (patch as StatusPatch) : undefined;
+}
+
+function toPlan(d: Decision): Plan {
+  const plan: Plan = {
+    deletePods: d.deletions,
+    events: d.events,
+    metrics: d.metrics,
+    phase: d.phase,
+    summary: d.summary,
+  };
+  const status = diffStatus(d);
+  if (status) plan.status = status;
+  const annotations = diffAnnotations(d);
+  if (annotations) plan.annotations = annotations;
+  if (d.createPod) plan.createPod = d.createPod;
+  if (d.wakeAt !== undefined) plan.wakeAt = d.wakeAt;
+  return plan;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/** Decides what to do with one run. */
+export function decide(input: DecideInput): Plan {
+  const read = readRun(input.run);
+  if (!read.ok) {
+    return { deletePods: [], events: [], metrics: [], phase: "Queued", summary: `cannot read run: ${read.error}` };
+  }
+  const run = read.run;
+  const effective = resolveWatchdog(run.spec.watchdog, input.defaults);
+  const settings = toSettings(effective);
+  const pods = input.pods.map(podView);
+  const d = new Decision(run, pods, input.now, settings, read.problems);
+
+  if (run.metadata.deletionTimestamp) {
+    return { deletePods: [], events: [], metrics: [], phase: d.phase, summary: "run is being deleted" };
+  }
+
+  if (d.next.phase === undefined) {
+    d.setPhase("Queued", REASONS.created, "waiting for its first sandbox");
+    d.next.attempt = 1;
+    d.next.restarts = 0;
+  }
+  d.next.observedGeneration = run.metadata.generation;
+  d.next.watchdog = effective;
+
+  if (TERMINAL_PHASES.includes(d.phase)) {
+    // Absorbing: nothing restarts a finished run. A live pod left behind is only cleaned up.
+    if (d.phase === "Failed") d.deleteLivePods();
+  } else {
+    decideResume(d);
+    if (d.phase === "NeedsHumanIntervention") {
+      d.deleteLivePods();
+    } else if (!decideSuspend(d)) {
+      if (d.phase === "Queued") decideQueued(d);
+      else decideActive(d);
+    }
+  }
+
+  d.next.conditions = conditionsFor(d);
+  return toPlan(d);
+}

@@ -1,0 +1,85 @@
+// What the watchdog core hands to the controller: everything to write, delete, create and emit
+// for one run, and when to look at the run again. The controller executes plans; it never decides.
+import type { AgentRunStatus, Phase } from "../api/agentrun.ts";
+import type { SandboxPodManifest } from "./sandbox-pod.ts";
+
+/** The operator-owned status fields. A plan never names a sandbox-owned field. */
+export const OPERATOR_STATUS_FIELDS = [
+  "phase",
+  "reason",
+  "message",
+  "attempt",
+  "restarts",
+  "rateLimitRequeues",
+  "podName",
+  "retryAfter",
+  "startTime",
+  "completionTime",
+  "observedGeneration",
+  "observedResume",
+  "toolCallsResetAfter",
+  "lastFailure",
+  "conditions",
+  "stall",
+  "watchdog",
+] as const;
+export type OperatorStatusField = (typeof OPERATOR_STATUS_FIELDS)[number];
+
+/** A JSON merge patch of operator-owned status fields; null removes a field. */
+export type StatusPatch = { [K in OperatorStatusField]?: AgentRunStatus[K] | null };
+
+/** A JSON merge patch of operator-owned annotations; null removes an annotation. */
+export type AnnotationPatch = Record<string, string | null>;
+
+export interface PlannedEvent {
+  type: "Normal" | "Warning";
+  reason: string;
+  action: string;
+  note: string;
+}
+
+/** What the metrics should count when the plan has been carried out. */
+export type MetricSignal =
+  | { kind: "hungKilled"; deadline: number }
+  | { kind: "requeue"; reason: string }
+  | { kind: "needsHuman"; reason: string }
+  | { kind: "nudge" };
+
+export interface PodDeletion {
+  name: string;
+  /** The pod's uid, used as a delete precondition so a newer pod of the same name is never hit. */
+  uid?: string;
+}
+
+export interface Plan {
+  /** Status fields to merge, or undefined when status is already right. */
+  status?: StatusPatch;
+  /** Operator annotations to merge, or undefined when they are already right. */
+  annotations?: AnnotationPatch;
+  /** Sandbox pods to delete with grace 0. */
+  deletePods: PodDeletion[];
+  /**
+   * A sandbox pod to create. The core only asks for one when no live pod of the run is known; the
+   * controller confirms that against the API server before creating it.
+   */
+  createPod?: SandboxPodManifest;
+  events: PlannedEvent[];
+  metrics: MetricSignal[];
+  /** When to reconcile this run again if nothing else happens (ms since epoch). */
+  wakeAt?: number;
+  /** The phase after the plan, for logs and the ledger. */
+  phase: Phase;
+  /** One line saying what was decided and why, for logs. */
+  summary: string;
+}
+
+/** True when executing the plan writes nothing to the API server. */
+export function isQuiet(plan: Plan): boolean {
+  return (
+    plan.status === undefined &&
+    plan.annotations === undefined &&
+    plan.deletePods.length === 0 &&
+    plan.createPod === undefined &&
+    plan.events.length === 0
+  );
+}

@@ -1,0 +1,30 @@
+// Reasons used in conditions, status.reason, Events, the backoff-reason annotation and metrics.
+export const REASONS = {
+  created: "Created",
+  sandboxCreated: "SandboxCreated",
+  running: "SandboxRunning",
+  heartbeatTimeout: "HeartbeatTimeout",
+  podFailed: "PodFailed",
+  rateLimited: "RateLimited",
+  toolLoop: "ToolLoop",
+  recoveryBudgetExhausted: "RecoveryBudgetExhausted",
+  stallUnresolved: "StallUnresolved",
+  stallDetected: "StallDetected",
+  stallResolved: "StallResolved",
+  suspended: "Suspended",
+  unsuspended: "Unsuspended",
+  resumed: "Resumed",
+  completed: "Completed",
+  invalidSandboxReport: "InvalidSandboxReport",
+  validSandboxReport: "Valid",
+  notFinished: "NotFinished",
+  staleSandboxDeleted: "StaleSandboxDeleted",
+} as const;
+
+/** Failures that spend the recovery allowance (maxRestarts). */
+export type RestartReason = typeof REASONS.heartbeatTimeout | typeof REASONS.podFailed;
+/** Reasons that leave a run waiting for a person. */
+export type InterventionReason =
+  | typeof REASONS.toolLoop
+  | typeof REASONS.recoveryBudgetExhausted
+  | typeof REASONS.stallUnresolved;

@@ -1,0 +1,60 @@
+// The sandbox pod of one attempt, built from the run's template. Pure, so the core can put the
+// exact manifest into a plan and tests can check it without a cluster.
+import { API_VERSION, KIND, type AgentRun } from "../api/agentrun.ts";
+import { LABELS, SANDBOX_ENV } from "../api/annotations.ts";
+
+type Json = Record<string, unknown>;
+
+export interface SandboxPodManifest {
+  apiVersion: "v1";
+  kind: "Pod";
+  metadata: {
+    name: string;
+    namespace: string;
+    labels: Record<string, string>;
+    annotations?: Record<string, string>;
+    ownerReferences: Json[];
+  };
+  spec: Json;
+}
+
+/** Attempt n of run r runs in pod "r-n": deterministic, so a repeated create fails with 409. */
+export function sandboxPodName(runName: string, attempt: number): string {
+  return `${runName}-${attempt}`;
+}
+
+function withContractEnv(container: Json, run: AgentRun, attempt: number): Json {
+  const contract = [
+    { name: SANDBOX_ENV.runName, value: run.metadata.name },
+    { name: SANDBOX_ENV.runNamespace, value: run.metadata.namespace },
+    { name: SANDBOX_ENV.attempt, value: String(attempt) },
+  ];
+  const names = new Set<string>(contract.map((e) => e.name));
+  const own = Array.isArray(container.env) ? (container.env as Json[]).filter((e) => !names.has(e.name as string)) : [];
+  return { ...container, env: [...contract, ...own] };
+}
+
+export function sandboxPod(run: AgentRun, attempt: number): SandboxPodManifest {
+  const name = run.metadata.name as string;
+  const template = run.spec.template;
+  const templateMeta = (template.metadata ?? {}) as { labels?: Record<string, string>; annotations?: Record<string, string> };
+  const spec = template.spec as Json;
+  const containers = (spec.containers as Json[]).map((c) => withContractEnv(c, run, attempt));
+  const metadata: SandboxPodManifest["metadata"] = {
+    name: sandboxPodName(name, attempt),
+    namespace: run.metadata.namespace as string,
+    labels: { ...(templateMeta.labels ?? {}), [LABELS.run]: name, [LABELS.attempt]: String(attempt) },
+    ownerReferences: [
+      { apiVersion: API_VERSION, kind: KIND, name, uid: run.metadata.uid, controller: true, blockOwnerDeletion: true },
+    ],
+  };
+  if (templateMeta.annotations) metadata.annotations = { ...templateMeta.annotations };
+  return {
+    apiVersion: "v1",
+    kind: "Pod",
+    metadata,
+    // The watchdog owns restarts: a kubelet restart would hide a crash from it, and an exit of 0
+    // must end the run rather than start the agent over.
+    spec: { ...spec, containers, restartPolicy: "Never" },
+  };
+}

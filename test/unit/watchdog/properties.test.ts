@@ -1,0 +1,250 @@
+// Property tests of the watchdog core over random event sequences: whatever the sandbox, the
+// kubelet, the user and the clock do, the invariants of DESIGN.md hold.
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { decide } from "../../../operator/watchdog/decide.ts";
+import { isQuiet } from "../../../operator/watchdog/plan.ts";
+import { parseDuration } from "../../../operator/api/duration.ts";
+import { World } from "../world.ts";
+
+const RUNS = Number(process.env.PROPERTY_RUNS ?? 1000);
+
+type Command =
+  | { kind: "advance"; ms: number }
+  | { kind: "heartbeat"; state: "Planning" | "ExecutingTool" | "AwaitingReply"; activity?: string }
+  | { kind: "staleHeartbeat" }
+  | { kind: "toolCall"; name: string; args: string; state: "Started" | "Succeeded" | "Failed"; rateLimited: boolean; retryAfter?: number }
+  | { kind: "podRunning" }
+  | { kind: "podExit"; code: number }
+  | { kind: "podDeletedByOthers" }
+  | { kind: "finalizePods" }
+  | { kind: "suspend"; value: boolean }
+  | { kind: "resume"; token: string }
+  | { kind: "garbage" }
+  | { kind: "wake" };
+
+const command: fc.Arbitrary<Command> = fc.oneof(
+  { weight: 4, arbitrary: fc.record({ kind: fc.constant("advance" as const), ms: fc.integer({ min: 0, max: 180_000 }) }) },
+  {
+    weight: 4,
+    arbitrary: fc.record(
+      {
+        kind: fc.constant("heartbeat" as const),
+        state: fc.constantFrom("Planning" as const, "ExecutingTool" as const, "AwaitingReply" as const),
+        activity: fc.constantFrom("text", "delta", "toolResult", "userMessage", "noReply", "emptyText"),
+      },
+      { requiredKeys: ["kind", "state"] },
+    ),
+  },
+  { weight: 1, arbitrary: fc.constant({ kind: "staleHeartbeat" as const }) },
+  {
+    weight: 3,
+    arbitrary: fc.record(
+      {
+        kind: fc.constant("toolCall" as const),
+        name: fc.constantFrom("search", "email"),
+        args: fc.constantFrom("a", "b"),
+        state: fc.constantFrom("Started" as const, "Succeeded" as const, "Failed" as const),
+        rateLimited: fc.boolean(),
+        retryAfter: fc.integer({ min: 0, max: 3600 }),
+      },
+      { requiredKeys: ["kind", "name", "args", "state", "rateLimited"] },
+    ),
+  },
+  { weight: 2, arbitrary: fc.constant({ kind: "podRunning" as const }) },
+  { weight: 2, arbitrary: fc.record({ kind: fc.constant("podExit" as const), code: fc.constantFrom(0, 1, 137) }) },
+  { weight: 1, arbitrary: fc.constant({ kind: "podDeletedByOthers" as const }) },
+  { weight: 2, arbitrary: fc.constant({ kind: "finalizePods" as const }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant("suspend" as const), value: fc.boolean() }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant("resume" as const), token: fc.constantFrom("r1", "r2", "r3") }) },
+  { weight: 1, arbitrary: fc.constant({ kind: "garbage" as const }) },
+  { weight: 4, arbitrary: fc.constant({ kind: "wake" as const }) },
+);
+
+const durationS = (min: number, max: number) => fc.integer({ min, max }).map((s) => `${s}s`);
+const settings = fc.record({
+  heartbeatTimeout: durationS(5, 300),
+  maxRestarts: fc.integer({ min: 0, max: 4 }),
+  backoff: fc.record({ initial: durationS(1, 60), factor: fc.constantFrom(1, 1.5, 2, 3), max: durationS(60, 600) }),
+  rateLimitBackoff: fc.record({ initial: durationS(1, 10), factor: fc.constantFrom(1, 2), max: durationS(10, 300) }),
+  maxConsecutiveToolFailures: fc.integer({ min: 1, max: 4 }),
+  stall: fc.record({ enabled: fc.boolean(), timeout: durationS(5, 60), maxNudges: fc.integer({ min: 0, max: 3 }) }),
+});
+
+const scenario = fc.record({
+  watchdog: settings,
+  slowDeletes: fc.boolean(),
+  commands: fc.array(command, { minLength: 1, maxLength: 30 }),
+});
+
+function play(w: World, c: Command): void {
+  switch (c.kind) {
+    case "advance":
+      w.advance(c.ms);
+      break;
+    case "heartbeat":
+      w.heartbeat(c.state, c.activity ? { kind: c.activity } : undefined);
+      break;
+    case "staleHeartbeat":
+      if ((w.status.attempt ?? 0) > 1) w.heartbeat("Planning", { kind: "delta" }, w.status.attempt - 1);
+      break;
+    case "toolCall":
+      w.toolCall({
+        name: c.name,
+        argsHash: c.args,
+        state: c.state,
+        ...(c.state === "Failed" && c.rateLimited ? { httpStatus: 429 } : {}),
+        ...(c.state === "Failed" && c.rateLimited && c.retryAfter !== undefined ? { retryAfterSeconds: c.retryAfter } : {}),
+      });
+      break;
+    case "podRunning":
+      if (w.currentPod() && !w.currentPod()!.metadata.deletionTimestamp) w.podRunning();
+      break;
+    case "podExit":
+      w.podExit(c.code);
+      break;
+    case "podDeletedByOthers":
+      w.podDeletedByOthers();
+      break;
+    case "finalizePods":
+      w.finalizePods();
+      break;
+    case "suspend":
+      w.setSpec({ suspend: c.value });
+      break;
+    case "resume":
+      w.annotate("watchdog.dev/resume", c.token);
+      break;
+    case "garbage":
+      w.run.status = { ...w.status, heartbeat: { time: "not a time", attempt: -3, state: 42 }, toolCalls: "nope" };
+      break;
+    case "wake": {
+      const wake = w.plans.at(-1)?.wakeAt;
+      if (wake !== undefined && wake > w.now) w.now = wake;
+      break;
+    }
+  }
+}
+
+interface Observer {
+  (w: World, before: { status: any; now: number }): void;
+}
+
+/** Plays a scenario, reconciling after each command, and calls `check` after each step. */
+function simulate(s: { watchdog: any; slowDeletes: boolean; commands: Command[] }, check: Observer): World {
+  const w = new World({ watchdog: s.watchdog });
+  w.slowDeletes = s.slowDeletes;
+  w.settle();
+  for (const c of s.commands) {
+    const before = { status: structuredClone(w.status), now: w.now };
+    play(w, c);
+    w.settle();
+    check(w, before);
+  }
+  return w;
+}
+
+const params = { numRuns: RUNS };
+
+describe("watchdog core invariants", () => {
+  it("never has two live sandbox pods, and never creates a pod twice", () => {
+    fc.assert(
+      fc.property(scenario, (s) => {
+        simulate(s, (w) => {
+          expect(w.livePods.length).toBeLessThanOrEqual(1);
+          expect(w.violations.filter((v) => !v.includes("retry-after"))).toEqual([]);
+        });
+      }),
+      params,
+    );
+  });
+
+  it("never lowers attempt or restarts", () => {
+    fc.assert(
+      fc.property(scenario, (s) => {
+        simulate(s, (w, before) => {
+          expect(w.status.attempt ?? 0).toBeGreaterThanOrEqual(before.status.attempt ?? 0);
+          // restarts only go down through a resume, which grants fresh budgets
+          if (w.status.observedResume === before.status.observedResume) {
+            expect(w.status.restarts ?? 0).toBeGreaterThanOrEqual(before.status.restarts ?? 0);
+          }
+        });
+      }),
+      params,
+    );
+  });
+
+  it("keeps Completed and Failed absorbing", () => {
+    fc.assert(
+      fc.property(scenario, (s) => {
+        simulate(s, (w, before) => {
+          if (before.status.phase === "Completed" || before.status.phase === "Failed") {
+            expect(w.status.phase).toBe(before.status.phase);
+            expect(w.status.attempt).toBe(before.status.attempt);
+          }
+        });
+      }),
+      params,
+    );
+  });
+
+  it("creates no pod before retry-after", () => {
+    fc.assert(
+      fc.property(scenario, (s) => {
+        const w = simulate(s, () => {});
+        expect(w.violations.filter((v) => v.includes("retry-after"))).toEqual([]);
+      }),
+      params,
+    );
+  });
+
+  it("waits no longer than the configured max for any backoff", () => {
+    fc.assert(
+      fc.property(scenario, (s) => {
+        const limit = Math.max(parseDuration(s.watchdog.backoff.max), parseDuration(s.watchdog.rateLimitBackoff.max));
+        simulate(s, (w, before) => {
+          if (w.status.retryAfter && w.status.retryAfter !== before.status.retryAfter) {
+            const wait = Date.parse(w.status.retryAfter) - w.now;
+            const max = w.status.lastFailure?.reason === "RateLimited" ? parseDuration(s.watchdog.rateLimitBackoff.max) : parseDuration(s.watchdog.backoff.max);
+            // retry-after is recorded rounded up to the second
+            expect(wait).toBeLessThanOrEqual(Math.min(max, limit) + 1000);
+          }
+        });
+      }),
+      params,
+    );
+  });
+
+  it("never spends the recovery allowance on a rate limit", () => {
+    fc.assert(
+      fc.property(scenario, (s) => {
+        simulate(s, (w, before) => {
+          if (w.status.lastFailure?.reason === "RateLimited" && w.status.lastFailure.time !== before.status.lastFailure?.time) {
+            expect(w.status.restarts ?? 0).toBe(before.status.restarts ?? 0);
+            expect(w.status.phase).not.toBe("NeedsHumanIntervention");
+          }
+        });
+      }),
+      params,
+    );
+  });
+
+  it("answers a heartbeat-only change with no API write, only a new wake-up", () => {
+    fc.assert(
+      fc.property(scenario, fc.integer({ min: 1, max: 60_000 }), (s, step) => {
+        const w = simulate(s, () => {});
+        const hb = w.status.heartbeat;
+        if (!hb || typeof hb.time !== "string" || Number.isNaN(Date.parse(hb.time))) return;
+        const settled = decide({ run: w.run, pods: [...w.pods.values()], now: w.now, defaults: undefined });
+        if (!isQuiet(settled)) return; // only a settled run can show that a heartbeat costs nothing
+        // The sandbox heartbeats again: only heartbeat.time moves (never past the operator's now).
+        const moved = structuredClone(w.run);
+        moved.status.heartbeat.time = new Date(Math.min(Date.parse(hb.time) + step, w.now)).toISOString();
+        const plan = decide({ run: moved, pods: [...w.pods.values()], now: w.now, defaults: undefined });
+        expect(isQuiet(plan)).toBe(true);
+        expect(plan.deletePods).toEqual([]);
+      }),
+      params,
+    );
+  });
+});

@@ -12,6 +12,8 @@ export default defineConfig({
         test: {
           name: "unit",
           include: ["test/unit/**/*.test.ts"],
+          // property tests run 1,000 cases per invariant
+          testTimeout: 120_000,
         },
       },
       {

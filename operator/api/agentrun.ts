@@ -76,6 +76,12 @@ export const WatchdogSpec = z
       "The same tool with the same arguments failing this many times in a row is a loop (ToolLoop). Default 3.",
     ).optional(),
     stall: StallSpec.optional(),
+    releaseAwaitingAfter: duration(
+      "A run awaiting a reply (AwaitingReply) keeps its sandbox pod this long, then the pod is deleted to free resources; approving starts a new sandbox that resumes from the checkpoint. Default 10m.",
+    ).optional(),
+    approvalTimeout: duration(
+      "A run still awaiting a reply this long after asking fails with reason ApprovalTimeout. Default: wait forever.",
+    ).optional(),
   })
   .meta({
     description:
@@ -256,6 +262,31 @@ const resolvedBackoff = z
   })
   .meta({ description: "Effective backoff." });
 
+export const Transition = z
+  .strictObject({
+    phase: z.enum(PHASES).meta({ description: "The phase entered." }),
+    from: z.enum(PHASES).meta({ description: "The phase left." }).optional(),
+    reason: z.string().max(256).meta({ description: "Why." }).optional(),
+    message: z.string().max(1024).meta({ description: "Human-readable detail." }).optional(),
+    attempt: count(0, "The run's attempt after the transition."),
+    time: timestamp("When the operator made the transition (milliseconds; unique per run)."),
+  })
+  .meta({ description: "A phase transition." });
+export type Transition = z.infer<typeof Transition>;
+/** How many transitions status keeps; the ledger holds the full history. */
+export const MAX_TRANSITIONS = 20;
+
+export const APPROVAL_STATES = ["Pending", "Approved", "Rejected", "TimedOut"] as const;
+export const ApprovalStatus = z
+  .strictObject({
+    state: z.enum(APPROVAL_STATES).meta({ description: "Pending while the agent awaits a reply; then Approved, Rejected or TimedOut." }),
+    requestedAt: timestamp("When the agent started awaiting a reply."),
+    answer: z.string().max(4096).meta({ description: "The answer given with watchdog.dev/approve; the next sandbox reads it." }).optional(),
+    reason: z.string().max(4096).meta({ description: "Why the request was rejected." }).optional(),
+    decidedAt: timestamp("When the request was answered.").optional(),
+  })
+  .meta({ description: "The current or last approval request of the run." });
+
 export const EffectiveWatchdog = z
   .strictObject({
     heartbeatTimeout: z.string().meta({ description: "Effective heartbeat timeout." }),
@@ -271,6 +302,8 @@ export const EffectiveWatchdog = z
         message: z.string().meta({ description: "Nudge text." }),
       })
       .meta({ description: "Effective stall settings." }),
+    releaseAwaitingAfter: z.string().meta({ description: "Effective time a run awaiting a reply keeps its pod." }),
+    approvalTimeout: z.string().meta({ description: "Effective approval timeout, if any." }).optional(),
   })
   .meta({ description: "Effective watchdog settings: the run's spec.watchdog over the install defaults over built-in defaults." });
 export type EffectiveWatchdog = z.infer<typeof EffectiveWatchdog>;
@@ -298,6 +331,12 @@ export const AgentRunStatus = z
     lastFailure: FailureRecord.optional(),
     conditions: z.array(Condition).max(16).meta({ description: "Running, BackingOff, NeedsHumanIntervention, Succeeded, SandboxReportValid." }).optional(),
     stall: StallStatus.optional(),
+    approval: ApprovalStatus.optional(),
+    transitions: z
+      .array(Transition)
+      .max(MAX_TRANSITIONS)
+      .meta({ description: "The latest phase transitions, newest last; the ledger catches up from them after an outage." })
+      .optional(),
     watchdog: EffectiveWatchdog.optional(),
     // sandbox-owned
     heartbeat: Heartbeat.optional(),
@@ -334,6 +373,7 @@ export type Heartbeat = z.infer<typeof Heartbeat>;
 export type ToolCall = z.infer<typeof ToolCall>;
 export type Checkpoint = z.infer<typeof Checkpoint>;
 export type StallStatus = z.infer<typeof StallStatus>;
+export type ApprovalStatus = z.infer<typeof ApprovalStatus>;
 export type FailureRecord = z.infer<typeof FailureRecord>;
 export type AgentRunStatus = z.infer<typeof AgentRunStatus>;
 export type AgentRun = z.infer<typeof AgentRun>;

@@ -9,6 +9,10 @@ export const ANNOTATIONS = {
   backoffReason: "watchdog.dev/backoff-reason",
   /** A new value resumes a run in NeedsHumanIntervention with fresh budgets (user). */
   resume: "watchdog.dev/resume",
+  /** Answers a run awaiting a reply; the value is the answer. Consumed by the operator (user). */
+  approve: "watchdog.dev/approve",
+  /** Rejects a run awaiting a reply; the value is the reason. Ends the run (user). */
+  reject: "watchdog.dev/reject",
 } as const;
 
 /** Annotations only the operator writes; it never touches the others. */

@@ -16,6 +16,7 @@ export const BUILTIN_DEFAULTS: EffectiveWatchdog = {
     maxNudges: 3,
     message: "[System] Reply chain broken (stall detected). Resume your task or reply NO_REPLY.",
   },
+  releaseAwaitingAfter: "10m",
 };
 
 /** Install-wide defaults have the shape of spec.watchdog: every field optional. */
@@ -54,6 +55,8 @@ export function resolveWatchdog(spec: Layer, install?: Layer): EffectiveWatchdog
     rateLimitBackoff: pickNested("rateLimitBackoff", layers),
     maxConsecutiveToolFailures: pick("maxConsecutiveToolFailures", layers),
     stall: pickNested("stall", layers),
+    releaseAwaitingAfter: pick("releaseAwaitingAfter", layers),
+    ...(pick("approvalTimeout", layers) !== undefined ? { approvalTimeout: pick("approvalTimeout", layers) } : {}),
   };
 }
 
@@ -65,6 +68,9 @@ export interface WatchdogSettings {
   rateLimitBackoff: BackoffSettings;
   maxConsecutiveToolFailures: number;
   stall: { enabled: boolean; timeoutMs: number; maxNudges: number; message: string };
+  releaseAwaitingAfterMs: number;
+  /** Undefined: wait for a reply forever. */
+  approvalTimeoutMs?: number;
 }
 export interface BackoffSettings {
   initialMs: number;
@@ -90,5 +96,7 @@ export function toSettings(effective: EffectiveWatchdog): WatchdogSettings {
       maxNudges: effective.stall.maxNudges,
       message: effective.stall.message,
     },
+    releaseAwaitingAfterMs: parseDuration(effective.releaseAwaitingAfter),
+    ...(effective.approvalTimeout ? { approvalTimeoutMs: parseDuration(effective.approvalTimeout) } : {}),
   };
 }

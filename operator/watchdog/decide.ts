@@ -1,9 +1,9 @@
 // The watchdog core: (run, its pods, now, install defaults) -> plan. No I/O, no clock, no memory
 // between calls: everything it needs is in the objects, so any operator replica, restarted at
 // any moment, decides the same.
-import { isDeepStrictEqual } from "node:util";
 import {
   ACTIVE_PHASES,
+  MAX_TRANSITIONS,
   TERMINAL_PHASES,
   type AgentRun,
   type AgentRunStatus,
@@ -11,6 +11,7 @@ import {
   type FailureRecord,
   type Heartbeat,
   type Phase,
+  type Transition,
 } from "../api/agentrun.ts";
 import { ANNOTATIONS } from "../api/annotations.ts";
 import { resolveWatchdog, toSettings, type InstallDefaults, type WatchdogSettings } from "../api/defaults.ts";
@@ -27,6 +28,7 @@ import {
   type PodDeletion,
   type StatusPatch,
 } from "./plan.ts";
+import { mergePatchDiff } from "./merge-patch.ts";
 import { REASONS, type InterventionReason, type RestartReason } from "./reasons.ts";
 import { sandboxPod, sandboxPodName, type SandboxPodManifest } from "./sandbox-pod.ts";
 import { DISARMED, stepStall } from "./stall.ts";
@@ -61,6 +63,8 @@ class Decision {
   createPod?: SandboxPodManifest;
   wakeAt?: number;
   summary = "no change";
+  /** User annotations the plan consumes (approve, reject). */
+  readonly consumedAnnotations = new Set<string>();
   readonly problems: string[];
   readonly run: AgentRun;
   readonly pods: readonly PodView[];
@@ -182,6 +186,17 @@ function sandboxFailed(d: Decision, cause: RestartReason, message: string, hb: H
   if (cause === REASONS.heartbeatTimeout && deadline !== undefined) d.metrics.push({ kind: "hungKilled", deadline });
 
   const newest = newestCurrentCall(d.status.toolCalls, hb, d.attempt);
+  if (newest?.state === "Started" && newest.idempotent === false) {
+    // Rule 10: the call may or may not have had its effect, and running it again is not safe.
+    needsHuman(
+      d,
+      REASONS.unconfirmedSideEffect,
+      `${message}; the non-idempotent call ${newest.name} (${newest.id}) was started and its outcome is unknown`,
+      hb,
+      cause,
+    );
+    return;
+  }
   if (isRateLimited(newest)) {
     const n = (d.next.rateLimitRequeues ?? 0) + 1;
     const delay = rateLimitDelay(d.settings.rateLimitBackoff, n, newest.error?.retryAfterSeconds);
@@ -309,6 +324,8 @@ function decideActive(d: Decision): void {
   const phase: Phase = hb ? hb.state : "Starting";
   if (phase !== d.phase || d.next.reason !== undefined || d.next.message !== undefined) d.setPhase(phase);
 
+  if (phase === "AwaitingReply" && decideAwaiting(d, pod)) return;
+
   if (phase !== "AwaitingReply") {
     // Hung: no heartbeat for longer than the timeout. Before the first heartbeat the pod's
     // creation is the last sign of life.
@@ -349,11 +366,96 @@ function decideActive(d: Decision): void {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// approval waits: AwaitingReply is never hung; after releaseAwaitingAfter the pod is freed, and
+// the answer (watchdog.dev/approve or watchdog.dev/reject) decides what happens next.
+
+type Answer = { kind: "approve"; answer: string } | { kind: "reject"; reason: string };
+
+function answerOf(d: Decision): Answer | undefined {
+  const annotations = d.run.metadata.annotations ?? {};
+  if (annotations[ANNOTATIONS.reject] !== undefined) return { kind: "reject", reason: annotations[ANNOTATIONS.reject] || "rejected" };
+  if (annotations[ANNOTATIONS.approve] !== undefined) return { kind: "approve", answer: annotations[ANNOTATIONS.approve] || "approved" };
+  return undefined;
+}
+
+function fail(d: Decision, reason: string, message: string): void {
+  d.setPhase("Failed", reason, message);
+  d.next.completionTime = d.nowIso;
+  d.next.podName = undefined;
+  d.deleteLivePods();
+  d.event("Warning", reason, "Fail", message);
+  d.summary = `failed: ${reason}`;
+}
+
+/** Applies an answer or a timeout to a pending request; true when the run left AwaitingReply. */
+function settleApproval(d: Decision): { left: boolean; approved: boolean } {
+  const approval = d.next.approval;
+  if (!approval || approval.state !== "Pending") return { left: false, approved: false };
+  const answer = answerOf(d);
+  if (answer?.kind === "reject") {
+    d.consumedAnnotations.add(ANNOTATIONS.reject);
+    d.next.approval = { ...approval, state: "Rejected", reason: answer.reason, decidedAt: d.nowIso };
+    fail(d, REASONS.rejected, `the request was rejected: ${answer.reason}`);
+    return { left: true, approved: false };
+  }
+  if (answer?.kind === "approve") {
+    d.consumedAnnotations.add(ANNOTATIONS.approve);
+    d.next.approval = { ...approval, state: "Approved", answer: answer.answer, decidedAt: d.nowIso };
+    d.event("Normal", REASONS.approved, "Approve", `the request was approved`);
+    d.summary = "approved";
+    return { left: false, approved: true };
+  }
+  const requested = toMillis(approval.requestedAt) ?? d.now;
+  if (d.settings.approvalTimeoutMs !== undefined) {
+    const timeoutAt = requested + d.settings.approvalTimeoutMs;
+    if (d.now >= timeoutAt) {
+      d.next.approval = { ...approval, state: "TimedOut", decidedAt: d.nowIso };
+      fail(d, REASONS.approvalTimeout, `no reply within ${formatDuration(d.settings.approvalTimeoutMs)}`);
+      return { left: true, approved: false };
+    }
+    d.wake(timeoutAt);
+  }
+  return { left: false, approved: false };
+}
+
+/** The sandbox is alive and awaiting a reply. True when the decision is complete. */
+function decideAwaiting(d: Decision, pod: PodView): boolean {
+  if (d.status.phase !== "AwaitingReply" || !d.next.approval) {
+    d.next.approval = { state: "Pending", requestedAt: d.nowIso };
+  }
+  const settled = settleApproval(d);
+  if (settled.left || settled.approved) return true; // an approved sandbox carries on by itself
+  if (d.next.approval?.state !== "Pending") return false;
+  const releaseAt = (toMillis(d.next.approval.requestedAt) ?? d.now) + d.settings.releaseAwaitingAfterMs;
+  if (d.now < releaseAt) {
+    d.wake(releaseAt);
+    return false;
+  }
+  // Free the pod while a person thinks; the answer starts a new sandbox from the checkpoint.
+  if (isLive(pod) && !pod.deleting) d.deletions.push(pod.uid ? { name: pod.name, uid: pod.uid } : { name: pod.name });
+  endAttempt(d);
+  d.setPhase("AwaitingReply", REASONS.sandboxReleased, `sandbox pod ${pod.name} released after ${formatDuration(d.settings.releaseAwaitingAfterMs)} awaiting a reply; approve to resume`);
+  d.event("Normal", REASONS.sandboxReleased, "DeletePod", `released sandbox pod ${pod.name} while the run awaits a reply`);
+  d.summary = "released the sandbox while awaiting a reply";
+  return true;
+}
+
+/** Awaiting a reply with the pod released: nothing runs until the answer comes. */
+function decideReleased(d: Decision): void {
+  d.deleteLivePods();
+  const settled = settleApproval(d);
+  if (settled.approved) {
+    d.setPhase("Queued", REASONS.approved, `approved; attempt ${d.attempt} resumes from the checkpoint`);
+    d.next.retryAfter = undefined;
+    decideQueued(d);
+  }
+}
+
 function decideSuspend(d: Decision): boolean {
   const suspend = d.run.spec.suspend === true;
   if (suspend && d.phase !== "Suspended") {
-    const hadSandbox = d.next.podName !== undefined || ACTIVE_PHASES.includes(d.phase);
-    if (hadSandbox) endAttempt(d);
+    if (d.next.podName !== undefined) endAttempt(d); // the running attempt ends with its pod
     d.setPhase("Suspended", REASONS.suspended, "spec.suspend is true");
     d.deleteLivePods();
     d.event("Normal", REASONS.suspended, "Suspend", "run suspended; its sandbox pod is removed");
@@ -427,6 +529,17 @@ function conditionsFor(d: Decision): Condition[] {
   return conditions;
 }
 
+/** Appends the phase change of this decision, if any, to the bounded transition history. */
+function recordTransition(d: Decision): void {
+  const from = d.status.phase;
+  if (from === d.phase) return;
+  const transition: Transition = { phase: d.phase, attempt: d.attempt, time: new Date(d.now).toISOString() };
+  if (from) transition.from = from;
+  if (d.next.reason) transition.reason = d.next.reason;
+  if (d.next.message) transition.message = d.next.message.slice(0, 1024);
+  d.next.transitions = [...(d.next.transitions ?? []), transition].slice(-MAX_TRANSITIONS);
+}
+
 function desiredAnnotations(d: Decision): Record<string, string | undefined> {
   const retryAfter = d.next.retryAfter;
   return {
@@ -439,6 +552,7 @@ function desiredAnnotations(d: Decision): Record<string, string | undefined> {
 function diffAnnotations(d: Decision): AnnotationPatch | undefined {
   const current = d.run.metadata.annotations ?? {};
   const patch: AnnotationPatch = {};
+  for (const key of d.consumedAnnotations) if (current[key] !== undefined) patch[key] = null;
   for (const [key, value] of Object.entries(desiredAnnotations(d))) {
     if (value === undefined && current[key] !== undefined) patch[key] = null;
     else if (value !== undefined && current[key] !== value) patch[key] = value;
@@ -446,21 +560,11 @@ function diffAnnotations(d: Decision): AnnotationPatch | undefined {
   return Object.keys(patch).length ? patch : undefined;
 }
 
-/** Equal as JSON: key order and undefined members do not matter. */
-function sameJson(a: unknown, b: unknown): boolean {
-  const normal = (v: unknown) => (v === undefined ? undefined : JSON.parse(JSON.stringify(v)));
-  return isDeepStrictEqual(normal(a), normal(b));
-}
-
 function diffStatus(d: Decision): StatusPatch | undefined {
-  const before = pickOperatorStatus(d.status) as Record<string, unknown>;
-  const after = d.next as Record<string, unknown>;
-  const patch: Record<string, unknown> = {};
-  for (const field of OPERATOR_STATUS_FIELDS) {
-    if (sameJson(before[field], after[field])) continue;
-    patch[field] = after[field] === undefined ? null : after[field];
-  }
-  return Object.keys(patch).length ? (patch as StatusPatch) : undefined;
+  // Compared as JSON, so that key order and undefined members never cause a write.
+  const normal = (v: unknown) => JSON.parse(JSON.stringify(v)) as unknown;
+  const patch = mergePatchDiff(normal(pickOperatorStatus(d.status)), normal(d.next));
+  return patch as StatusPatch | undefined;
 }
 
 function toPlan(d: Decision): Plan {
@@ -515,10 +619,12 @@ export function decide(input: DecideInput): Plan {
       d.deleteLivePods();
     } else if (!decideSuspend(d)) {
       if (d.phase === "Queued") decideQueued(d);
+      else if (d.phase === "AwaitingReply" && d.next.podName === undefined) decideReleased(d);
       else decideActive(d);
     }
   }
 
+  recordTransition(d);
   d.next.conditions = conditionsFor(d);
   return toPlan(d);
 }

@@ -21,12 +21,17 @@ export const OPERATOR_STATUS_FIELDS = [
   "lastFailure",
   "conditions",
   "stall",
+  "approval",
+  "transitions",
   "watchdog",
 ] as const;
 export type OperatorStatusField = (typeof OPERATOR_STATUS_FIELDS)[number];
 
-/** A JSON merge patch of operator-owned status fields; null removes a field. */
-export type StatusPatch = { [K in OperatorStatusField]?: AgentRunStatus[K] | null };
+/**
+ * A JSON merge patch of operator-owned status fields: nested objects merge, null removes.
+ * It never names a sandbox-owned field.
+ */
+export type StatusPatch = { [K in OperatorStatusField]?: Partial<NonNullable<AgentRunStatus[K]>> | AgentRunStatus[K] | null };
 
 /** A JSON merge patch of operator-owned annotations; null removes an annotation. */
 export type AnnotationPatch = Record<string, string | null>;

@@ -18,7 +18,11 @@ export const REASONS = {
   invalidSandboxReport: "InvalidSandboxReport",
   validSandboxReport: "Valid",
   notFinished: "NotFinished",
-  staleSandboxDeleted: "StaleSandboxDeleted",
+  unconfirmedSideEffect: "UnconfirmedSideEffect",
+  sandboxReleased: "SandboxReleased",
+  approved: "Approved",
+  rejected: "Rejected",
+  approvalTimeout: "ApprovalTimeout",
 } as const;
 
 /** Failures that spend the recovery allowance (maxRestarts). */
@@ -27,4 +31,5 @@ export type RestartReason = typeof REASONS.heartbeatTimeout | typeof REASONS.pod
 export type InterventionReason =
   | typeof REASONS.toolLoop
   | typeof REASONS.recoveryBudgetExhausted
-  | typeof REASONS.stallUnresolved;
+  | typeof REASONS.stallUnresolved
+  | typeof REASONS.unconfirmedSideEffect;

@@ -3,6 +3,7 @@
 // tests can play the sandbox and the kubelet against `decide` without an API server.
 import { decide } from "../../operator/watchdog/decide.ts";
 import { isLive, podView } from "../../operator/watchdog/observe.ts";
+import { applyMergePatch } from "../../operator/watchdog/merge-patch.ts";
 import type { Plan } from "../../operator/watchdog/plan.ts";
 import type { InstallDefaults } from "../../operator/api/defaults.ts";
 import { LABELS } from "../../operator/api/annotations.ts";
@@ -79,14 +80,7 @@ export class World {
   }
 
   private apply(plan: Plan): void {
-    if (plan.status) {
-      const status = { ...(this.run.status ?? {}) };
-      for (const [key, value] of Object.entries(plan.status)) {
-        if (value === null) delete status[key];
-        else status[key] = value;
-      }
-      this.run.status = status;
-    }
+    if (plan.status) this.run.status = applyMergePatch(this.run.status ?? {}, plan.status);
     if (plan.annotations) {
       const annotations = { ...this.annotations };
       for (const [key, value] of Object.entries(plan.annotations)) {

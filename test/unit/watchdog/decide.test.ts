@@ -102,7 +102,7 @@ describe("rule 2: hung", () => {
   });
 
   it("never counts AwaitingReply as hung", () => {
-    const w = started();
+    const w = started({ watchdog: { heartbeatTimeout: "1m", releaseAwaitingAfter: "2h" } });
     w.heartbeat("AwaitingReply");
     w.settle();
     w.runUntil(w.now + 60 * M);
@@ -491,5 +491,94 @@ describe("defaults", () => {
       maxRestarts: 3,
       backoff: { initial: "5s", factor: 2, max: "20m" },
     });
+  });
+});
+
+describe("approval waits", () => {
+  const awaiting = { watchdog: { heartbeatTimeout: "1m", releaseAwaitingAfter: "5m", approvalTimeout: "1h" } };
+
+  function asking(spec: Record<string, unknown> = awaiting): World {
+    const w = started(spec);
+    w.heartbeat("AwaitingReply");
+    w.settle();
+    return w;
+  }
+
+  it("records the request and releases the pod after releaseAwaitingAfter, spending nothing", () => {
+    const w = asking();
+    expect(w.status.approval).toMatchObject({ state: "Pending" });
+    const asked = w.now;
+    w.runUntil(asked + 5 * M - 1);
+    expect(w.pods.has("r-1")).toBe(true);
+    w.runUntil(asked + 5 * M);
+    expect(w.pods.has("r-1")).toBe(false);
+    expect(w.status).toMatchObject({ phase: "AwaitingReply", reason: "SandboxReleased", attempt: 2, restarts: 0 });
+    expect(w.status.podName).toBeUndefined();
+    w.runUntil(w.now + 30 * M);
+    expect(w.created).toHaveLength(1);
+  });
+
+  it("starts a new sandbox with the answer when a released run is approved", () => {
+    const w = asking();
+    w.runUntil(w.now + 5 * M);
+    w.annotate("watchdog.dev/approve", "ship it");
+    w.settle();
+    expect(w.status.approval).toMatchObject({ state: "Approved", answer: "ship it" });
+    expect(w.annotations["watchdog.dev/approve"]).toBeUndefined();
+    expect(w.status).toMatchObject({ phase: "Starting", attempt: 2, restarts: 0 });
+    expect(w.pods.has("r-2")).toBe(true);
+  });
+
+  it("lets a live sandbox carry on when approved before the release", () => {
+    const w = asking();
+    w.annotate("watchdog.dev/approve", "yes");
+    w.settle();
+    expect(w.status.approval.state).toBe("Approved");
+    expect(w.pods.has("r-1")).toBe(true);
+    w.heartbeat("Planning");
+    w.settle();
+    expect(w.status.phase).toBe("Planning");
+    // a second question is a new request
+    w.advance(1 * S);
+    w.heartbeat("AwaitingReply");
+    w.settle();
+    expect(w.status.approval.state).toBe("Pending");
+  });
+
+  it("ends the run on a rejection, and on the approval timeout", () => {
+    const w = asking();
+    w.annotate("watchdog.dev/reject", "too risky");
+    w.settle();
+    expect(w.status).toMatchObject({ phase: "Failed", reason: "Rejected" });
+    expect(w.condition("Succeeded")).toMatchObject({ status: "False", reason: "Rejected" });
+    expect(w.livePods).toHaveLength(0);
+
+    const v = asking();
+    v.runUntil(v.now + 1 * 60 * M);
+    expect(v.status).toMatchObject({ phase: "Failed", reason: "ApprovalTimeout" });
+    expect(v.status.approval.state).toBe("TimedOut");
+  });
+});
+
+describe("rule 10: unconfirmed side effects", () => {
+  it("stops for a person when a non-idempotent call was started and the sandbox died", () => {
+    const w = started();
+    w.toolCall({ name: "send_email", state: "Started" });
+    w.run.status.toolCalls.at(-1).idempotent = false;
+    w.podExit(1);
+    w.settle();
+    expect(w.status.phase).toBe("NeedsHumanIntervention");
+    expect(w.condition("NeedsHumanIntervention")?.reason).toBe("UnconfirmedSideEffect");
+    expect(w.status.lastFailure.tool).toMatchObject({ name: "send_email", state: "Started" });
+  });
+
+  it("requeues when the started call is idempotent, so it can be replayed with its key", () => {
+    const w = started();
+    w.toolCall({ name: "send_email", state: "Started" });
+    w.run.status.toolCalls.at(-1).idempotent = true;
+    w.podExit(1);
+    w.settle();
+    expect(w.status.phase).toBe("Queued");
+    expect(w.status.lastFailure.tool).toMatchObject({ name: "send_email", state: "Started" });
   });
 });

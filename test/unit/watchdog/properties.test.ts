@@ -13,7 +13,7 @@ type Command =
   | { kind: "advance"; ms: number }
   | { kind: "heartbeat"; state: "Planning" | "ExecutingTool" | "AwaitingReply"; activity?: string }
   | { kind: "staleHeartbeat" }
-  | { kind: "toolCall"; name: string; args: string; state: "Started" | "Succeeded" | "Failed"; rateLimited: boolean; retryAfter?: number }
+  | { kind: "toolCall"; name: string; args: string; state: "Started" | "Succeeded" | "Failed"; rateLimited: boolean; retryAfter?: number; idempotent?: boolean }
   | { kind: "podRunning" }
   | { kind: "podExit"; code: number }
   | { kind: "podDeletedByOthers" }
@@ -21,6 +21,7 @@ type Command =
   | { kind: "suspend"; value: boolean }
   | { kind: "resume"; token: string }
   | { kind: "garbage" }
+  | { kind: "answer"; approve: boolean }
   | { kind: "wake" };
 
 const command: fc.Arbitrary<Command> = fc.oneof(
@@ -47,6 +48,7 @@ const command: fc.Arbitrary<Command> = fc.oneof(
         state: fc.constantFrom("Started" as const, "Succeeded" as const, "Failed" as const),
         rateLimited: fc.boolean(),
         retryAfter: fc.integer({ min: 0, max: 3600 }),
+        idempotent: fc.boolean(),
       },
       { requiredKeys: ["kind", "name", "args", "state", "rateLimited"] },
     ),
@@ -58,6 +60,7 @@ const command: fc.Arbitrary<Command> = fc.oneof(
   { weight: 1, arbitrary: fc.record({ kind: fc.constant("suspend" as const), value: fc.boolean() }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant("resume" as const), token: fc.constantFrom("r1", "r2", "r3") }) },
   { weight: 1, arbitrary: fc.constant({ kind: "garbage" as const }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant("answer" as const), approve: fc.boolean() }) },
   { weight: 4, arbitrary: fc.constant({ kind: "wake" as const }) },
 );
 
@@ -69,6 +72,8 @@ const settings = fc.record({
   rateLimitBackoff: fc.record({ initial: durationS(1, 10), factor: fc.constantFrom(1, 2), max: durationS(10, 300) }),
   maxConsecutiveToolFailures: fc.integer({ min: 1, max: 4 }),
   stall: fc.record({ enabled: fc.boolean(), timeout: durationS(5, 60), maxNudges: fc.integer({ min: 0, max: 3 }) }),
+  releaseAwaitingAfter: durationS(5, 600),
+  approvalTimeout: durationS(60, 3600),
 });
 
 const scenario = fc.record({
@@ -96,6 +101,7 @@ function play(w: World, c: Command): void {
         ...(c.state === "Failed" && c.rateLimited ? { httpStatus: 429 } : {}),
         ...(c.state === "Failed" && c.rateLimited && c.retryAfter !== undefined ? { retryAfterSeconds: c.retryAfter } : {}),
       });
+      if (c.idempotent !== undefined) w.run.status.toolCalls.at(-1).idempotent = c.idempotent;
       break;
     case "podRunning":
       if (w.currentPod() && !w.currentPod()!.metadata.deletionTimestamp) w.podRunning();
@@ -117,6 +123,9 @@ function play(w: World, c: Command): void {
       break;
     case "garbage":
       w.run.status = { ...w.status, heartbeat: { time: "not a time", attempt: -3, state: 42 }, toolCalls: "nope" };
+      break;
+    case "answer":
+      w.annotate(c.approve ? "watchdog.dev/approve" : "watchdog.dev/reject", "from a person");
       break;
     case "wake": {
       const wake = w.plans.at(-1)?.wakeAt;

@@ -1,0 +1,113 @@
+// The operator's entry point (`npm start`): one process that watches AgentRuns and their sandbox
+// pods, serves metrics and probes, and reconciles, behind a Lease when --leader-elect is given.
+import type { Server } from "node:http";
+import { Controller } from "../controller/controller.ts";
+import { EventRecorder } from "../controller/events.ts";
+import { LEADER_DEFAULTS, LeaderElector } from "../controller/leader.ts";
+import { KubeClient } from "../kube/client.ts";
+import { createLogger } from "../log.ts";
+import { Metrics } from "../metrics/metrics.ts";
+import { listen, probe } from "../metrics/server.ts";
+import { OptionsError, parseOptions, type OperatorOptions } from "./options.ts";
+
+export async function runOperator(options: OperatorOptions): Promise<void> {
+  const log = createLogger(options.logLevel);
+  const client = new KubeClient();
+  const host = new URL(client.kc.getCurrentCluster()?.server ?? "https://unknown").host;
+  const metrics = new Metrics();
+  client.onRequest((method, code) => metrics.restRequests.inc({ code: String(code || "<error>"), method, host }));
+
+  const recorder = new EventRecorder(client, options.identity, log);
+  const controller = new Controller(client, metrics, recorder, log, {
+    namespaces: options.namespaces,
+    concurrency: options.concurrency,
+    resyncMs: options.resyncPeriod,
+    watchSilenceMs: options.watchSilenceLimit,
+    stuckReconcileMs: options.stuckReconcileLimit,
+    defaults: options.defaults,
+  });
+
+  const elector = options.leaderElect
+    ? new LeaderElector(
+        client,
+        { namespace: options.leaderElectionNamespace, name: options.leaderElectionId, identity: options.identity, ...LEADER_DEFAULTS },
+        log,
+      )
+    : undefined;
+  let leading = false;
+  const leaderLabels = { name: options.leaderElectionId };
+  metrics.leaderStatus.set(leaderLabels, 0);
+
+  const servers: (Server | undefined)[] = [];
+  servers.push(
+    await listen(options.metricsBindAddress, [
+      async (_req, res, url) => {
+        if (url.pathname !== "/metrics") return false;
+        const census = controller.census();
+        for (const [phase, count] of Object.entries(census.phases)) metrics.runs.set({ phase }, count);
+        metrics.staleHeartbeats.set(census.staleHeartbeats);
+        metrics.workqueueLongestRunning.set({ name: "agentrun", controller: "agentrun" }, controller.queue.longestRunningMs() / 1000);
+        for (const informer of controller.informers) {
+          metrics.informerRestarts.inc({ informer: informer.options.name }, 0);
+        }
+        res.writeHead(200, { "content-type": metrics.registry.contentType }).end(await metrics.registry.metrics());
+        return true;
+      },
+    ]),
+  );
+  servers.push(
+    await listen(options.healthProbeBindAddress, [
+      probe("/healthz", { watchdog: () => controller.healthProblems(leading) }),
+      probe("/readyz", { informers: () => (controller.synced ? [] : ["informer caches are not synced yet"]) }),
+    ]),
+  );
+
+  controller.startInformers();
+  const lead = () => {
+    leading = true;
+    metrics.leaderStatus.set(leaderLabels, 1);
+    controller.startWorkers();
+    log.info({ concurrency: options.concurrency, namespaces: options.namespaces.length ? options.namespaces : "all" }, "reconciling");
+  };
+  if (elector) {
+    elector.run(lead, () => {
+      // Another replica may already be writing: stop at once, as controller-runtime does.
+      metrics.leaderStatus.set(leaderLabels, 0);
+      log.fatal("lost the lease; exiting");
+      process.exit(1);
+    });
+  } else {
+    lead();
+  }
+
+  let shuttingDown = false;
+  const shutdown = async (signal: string) => {
+    if (shuttingDown) return;
+    shuttingDown = true;
+    log.info({ signal }, "shutting down");
+    await controller.stop();
+    await elector?.release();
+    for (const server of servers) server?.close();
+    log.info("stopped");
+    process.exit(0);
+  };
+  process.on("SIGTERM", () => void shutdown("SIGTERM"));
+  process.on("SIGINT", () => void shutdown("SIGINT"));
+}
+
+if (import.meta.main) {
+  let options: OperatorOptions;
+  try {
+    options = parseOptions(process.argv.slice(2), process.env);
+  } catch (err) {
+    if (err instanceof OptionsError) {
+      process.stderr.write(`${err.message}\n`);
+      process.exit(2);
+    }
+    throw err;
+  }
+  runOperator(options).catch((err: unknown) => {
+    process.stderr.write(`agent-watchdog: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  });
+}

@@ -1,0 +1,120 @@
+// Operator options: flags (kubebuilder's names where one exists), then environment variables,
+// validated with zod so that a bad value stops the operator at start with a clear message.
+import { readFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+import { parse as parseYaml } from "yaml";
+import { z } from "zod";
+import { DURATION_PATTERN, parseDuration } from "../api/duration.ts";
+import { InstallDefaults } from "../api/defaults.ts";
+
+const duration = z.string().regex(DURATION_PATTERN, "must be a duration such as 30s or 5m").transform(parseDuration);
+const bindAddress = z.string().regex(/^(0|[^:\s]*:\d{1,5})$/, "must be host:port, :port, or 0 to disable");
+
+export const OperatorOptions = z.strictObject({
+  namespaces: z
+    .string()
+    .default("")
+    .transform((s) => s.split(",").map((n) => n.trim()).filter(Boolean))
+    .pipe(z.array(z.string().regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, "must be a namespace name"))),
+  concurrency: z.coerce.number().int("must be a whole number").min(1).max(256).default(4),
+  metricsBindAddress: bindAddress.default(":8080"),
+  healthProbeBindAddress: bindAddress.default(":8081"),
+  logLevel: z.enum(["trace", "debug", "info", "warn", "error", "fatal"]).default("info"),
+  leaderElect: z.boolean().default(false),
+  leaderElectionNamespace: z.string().min(1).default("default"),
+  leaderElectionId: z.string().min(1).default("agent-watchdog.watchdog.dev"),
+  resyncPeriod: duration.prefault("5m"),
+  watchSilenceLimit: duration.prefault("2m"),
+  stuckReconcileLimit: duration.prefault("2m"),
+  defaultsFile: z.string().optional(),
+  defaults: InstallDefaults.default({}),
+  databaseUrl: z.string().url("must be a postgres:// URL").optional(),
+  identity: z.string().min(1),
+});
+export type OperatorOptions = z.output<typeof OperatorOptions>;
+
+export const USAGE = `Usage: agent-watchdog [flags]
+
+  --namespaces=a,b                 namespaces to watch (default: all)      env WATCH_NAMESPACES
+  --concurrency=N                  concurrent reconciles (default 4)
+  --metrics-bind-address=ADDR      metrics endpoint (default :8080, 0 disables)
+  --health-probe-bind-address=ADDR /healthz and /readyz (default :8081)
+  --log-level=LEVEL                trace, debug, info, warn, error (default info)  env LOG_LEVEL
+  --leader-elect                   elect a leader on a Lease before reconciling
+  --leader-election-namespace=NS   namespace of the Lease (default: the pod's namespace, else default)
+  --leader-election-id=NAME        name of the Lease (default agent-watchdog.watchdog.dev)
+  --resync-period=DUR              re-check every run this often (default 5m)
+  --watch-silence-limit=DUR        restart a watch silent this long; /healthz fails (default 2m)
+  --stuck-reconcile-limit=DUR      /healthz fails when one reconcile runs longer (default 2m)
+  --defaults-file=PATH             install-wide watchdog defaults (YAML or JSON, spec.watchdog shape)
+                                   env WATCHDOG_DEFAULTS may hold the same as JSON
+  --database-url=URL               PostgreSQL ledger                       env DATABASE_URL
+`;
+
+export class OptionsError extends Error {}
+
+export function parseOptions(argv: string[], env: NodeJS.ProcessEnv): OperatorOptions {
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      strict: true,
+      options: {
+        namespaces: { type: "string" },
+        concurrency: { type: "string" },
+        "metrics-bind-address": { type: "string" },
+        "health-probe-bind-address": { type: "string" },
+        "log-level": { type: "string" },
+        "leader-elect": { type: "boolean" },
+        "leader-election-namespace": { type: "string" },
+        "leader-election-id": { type: "string" },
+        "resync-period": { type: "string" },
+        "watch-silence-limit": { type: "string" },
+        "stuck-reconcile-limit": { type: "string" },
+        "defaults-file": { type: "string" },
+        "database-url": { type: "string" },
+        help: { type: "boolean", short: "h" },
+      },
+    }));
+  } catch (err) {
+    throw new OptionsError(`${(err as Error).message}\n\n${USAGE}`);
+  }
+  if (values.help) throw new OptionsError(USAGE);
+
+  let defaults: unknown = {};
+  const defaultsFile = values["defaults-file"] as string | undefined;
+  try {
+    if (defaultsFile) defaults = parseYaml(readFileSync(defaultsFile, "utf8")) ?? {};
+    else if (env.WATCHDOG_DEFAULTS) defaults = JSON.parse(env.WATCHDOG_DEFAULTS);
+  } catch (err) {
+    throw new OptionsError(`cannot read watchdog defaults: ${(err as Error).message}`);
+  }
+
+  const raw = {
+    namespaces: values.namespaces ?? env.WATCH_NAMESPACES,
+    concurrency: values.concurrency,
+    metricsBindAddress: values["metrics-bind-address"],
+    healthProbeBindAddress: values["health-probe-bind-address"],
+    logLevel: values["log-level"] ?? env.LOG_LEVEL,
+    leaderElect: values["leader-elect"],
+    leaderElectionNamespace: values["leader-election-namespace"] ?? env.POD_NAMESPACE,
+    leaderElectionId: values["leader-election-id"],
+    resyncPeriod: values["resync-period"],
+    watchSilenceLimit: values["watch-silence-limit"],
+    stuckReconcileLimit: values["stuck-reconcile-limit"],
+    defaultsFile,
+    defaults,
+    databaseUrl: values["database-url"] ?? env.DATABASE_URL,
+    identity: env.POD_NAME ?? `${env.HOSTNAME ?? "agent-watchdog"}-${process.pid}`,
+  };
+  const parsed = OperatorOptions.safeParse(Object.fromEntries(Object.entries(raw).filter(([, v]) => v !== undefined && v !== "")));
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((issue) => {
+      const path = issue.path.map(String);
+      const flag = path[0] === "defaults" ? `watchdog defaults: ${path.slice(1).join(".")}` : `--${(path[0] ?? "").replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+      return `  ${flag}: ${issue.message}`;
+    });
+    throw new OptionsError(`invalid options:\n${lines.join("\n")}`);
+  }
+  return parsed.data;
+}

@@ -1,0 +1,267 @@
+// The AgentRun controller: informers feed a work queue; workers run the pure core on the cached
+// objects; plans that write anything are executed against fresh reads; every plan's next deadline
+// becomes a wake-up. A heartbeat-only update therefore costs one in-memory decision and moves a
+// timer, and nothing else.
+import { randomUUID } from "node:crypto";
+import type { Logger } from "pino";
+import { ACTIVE_PHASES, PHASES, type Phase } from "../api/agentrun.ts";
+import { LABELS } from "../api/annotations.ts";
+import { resolveWatchdog, toSettings, type InstallDefaults } from "../api/defaults.ts";
+import { paths, type Json, type KubeClient } from "../kube/client.ts";
+import { CONTROLLER, type Metrics } from "../metrics/metrics.ts";
+import { decide } from "../watchdog/decide.ts";
+import { toMillis } from "../watchdog/observe.ts";
+import { isQuiet, type Plan } from "../watchdog/plan.ts";
+import type { EventRecorder } from "./events.ts";
+import { Executor, type Executed } from "./executor.ts";
+import { Informer } from "./informer.ts";
+import { WorkQueue } from "./queue.ts";
+import { Wakeups } from "./wakeups.ts";
+
+export interface ControllerOptions {
+  /** Namespaces to watch; empty means all. */
+  namespaces: string[];
+  concurrency: number;
+  resyncMs: number;
+  /** A watch with no sign of life for this long is restarted, and /healthz fails. */
+  watchSilenceMs: number;
+  /** A reconcile running longer than this means the work loop is stuck. */
+  stuckReconcileMs: number;
+  defaults: InstallDefaults;
+}
+
+/** What the controller tells others about each run it has handled (the ledger listens). */
+export interface RunObserver {
+  (run: Json, executed?: Executed): void;
+}
+
+const keyOf = (namespace: string, name: string) => `${namespace}/${name}`;
+
+export class Controller {
+  readonly queue: WorkQueue;
+  private readonly wakeups: Wakeups;
+  private readonly runInformers: Informer[] = [];
+  private readonly podInformers: Informer[] = [];
+  /** run key -> pod key -> pod, so a reconcile never scans every pod. */
+  private readonly podsByRun = new Map<string, Map<string, Json>>();
+  private readonly executor: Executor;
+  private readonly observers: RunObserver[] = [];
+  private workers = 0;
+  private stopping = false;
+  private readonly client: KubeClient;
+  private readonly metrics: Metrics;
+  private readonly log: Logger;
+  private readonly options: ControllerOptions;
+
+  constructor(client: KubeClient, metrics: Metrics, recorder: EventRecorder, log: Logger, options: ControllerOptions) {
+    this.client = client;
+    this.metrics = metrics;
+    this.log = log;
+    this.options = options;
+    this.queue = new WorkQueue(metrics.queueMetrics());
+    this.wakeups = new Wakeups((key) => this.queue.add(key));
+    this.executor = new Executor(client, recorder, () => this.options.defaults);
+    metrics.maxConcurrentReconciles.set({ controller: CONTROLLER }, options.concurrency);
+    metrics.activeWorkers.set({ controller: CONTROLLER }, 0);
+
+    const scopes = options.namespaces.length ? options.namespaces : [undefined];
+    for (const namespace of scopes) {
+      const common = { resyncMs: options.resyncMs, silenceMs: options.watchSilenceMs, log };
+      const runs = new Informer(client, { ...common, name: `agentruns${namespace ? `/${namespace}` : ""}`, path: paths.runs(namespace) });
+      const pods = new Informer(client, {
+        ...common,
+        name: `pods${namespace ? `/${namespace}` : ""}`,
+        path: paths.pods(namespace),
+        labelSelector: LABELS.run,
+      });
+      runs.on((event, run) => this.onRun(event, run));
+      pods.on((event, pod) => this.onPod(event, pod));
+      this.runInformers.push(runs);
+      this.podInformers.push(pods);
+    }
+  }
+
+  /** Calls `observer` with each run after it has been reconciled. */
+  observe(observer: RunObserver): void {
+    this.observers.push(observer);
+  }
+
+  /** Starts the informers; followers run them too, so that a new leader starts warm. */
+  startInformers(): void {
+    for (const informer of [...this.runInformers, ...this.podInformers]) informer.start();
+  }
+
+  /** Starts the workers; only the leader does this. */
+  startWorkers(): void {
+    for (const informer of this.runInformers) for (const run of informer.list()) this.queue.add(this.runKey(run));
+    for (let i = 0; i < this.options.concurrency; i++) void this.worker();
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    this.queue.shutDown();
+    this.wakeups.clear();
+    for (const informer of [...this.runInformers, ...this.podInformers]) informer.stop();
+    const deadline = Date.now() + 10_000;
+    while (this.workers > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  }
+
+  get synced(): boolean {
+    return [...this.runInformers, ...this.podInformers].every((i) => i.synced);
+  }
+
+  get informers(): Informer[] {
+    return [...this.runInformers, ...this.podInformers];
+  }
+
+  /** Problems that should make Kubernetes restart the operator; empty when healthy. */
+  healthProblems(expectWorkers: boolean): string[] {
+    const problems: string[] = [];
+    for (const informer of this.informers) {
+      if (informer.isSilent()) problems.push(`watch ${informer.options.name} silent for ${Math.round((Date.now() - informer.lastActivity) / 1000)}s`);
+    }
+    const longest = this.queue.longestRunningMs();
+    if (longest > this.options.stuckReconcileMs) problems.push(`a reconcile has been running for ${Math.round(longest / 1000)}s`);
+    if (expectWorkers && !this.stopping && this.workers < this.options.concurrency) {
+      problems.push(`${this.options.concurrency - this.workers} of ${this.options.concurrency} workers have stopped`);
+    }
+    return problems;
+  }
+
+  /** Counts runs by phase and stale heartbeats, for the gauges. */
+  census(now = Date.now()): { phases: Record<Phase, number>; staleHeartbeats: number } {
+    const phases = Object.fromEntries(PHASES.map((p) => [p, 0])) as Record<Phase, number>;
+    let staleHeartbeats = 0;
+    for (const informer of this.runInformers) {
+      for (const run of informer.list()) {
+        const status = (run.status ?? {}) as { phase?: Phase; heartbeat?: { time?: string } };
+        const phase = status.phase ?? "Queued";
+        if (phase in phases) phases[phase]++;
+        if (!ACTIVE_PHASES.includes(phase) || phase === "AwaitingReply" || !status.heartbeat?.time) continue;
+        try {
+          const timeout = toSettings(resolveWatchdog((run.spec as { watchdog?: InstallDefaults }).watchdog, this.options.defaults)).heartbeatTimeoutMs;
+          const age = now - (toMillis(status.heartbeat.time) ?? now);
+          if (age > timeout / 2) staleHeartbeats++;
+        } catch {
+          // a run the core cannot read is reported by its own condition
+        }
+      }
+    }
+    return { phases, staleHeartbeats };
+  }
+
+  private runKey(run: Json): string {
+    const meta = run.metadata as { namespace: string; name: string };
+    return keyOf(meta.namespace, meta.name);
+  }
+
+  private onRun(event: string, run: Json): void {
+    const key = this.runKey(run);
+    if (event === "delete") {
+      this.wakeups.set(key, undefined);
+      return;
+    }
+    this.queue.add(key);
+  }
+
+  private onPod(event: string, pod: Json): void {
+    const meta = pod.metadata as { namespace: string; name: string; labels?: Record<string, string> };
+    const runName = meta.labels?.[LABELS.run];
+    if (!runName) return;
+    const key = keyOf(meta.namespace, runName);
+    let pods = this.podsByRun.get(key);
+    if (event === "delete") {
+      pods?.delete(meta.name);
+      if (pods?.size === 0) this.podsByRun.delete(key);
+    } else {
+      if (!pods) this.podsByRun.set(key, (pods = new Map()));
+      pods.set(meta.name, pod);
+    }
+    if (event !== "resync") this.queue.add(key);
+  }
+
+  private cachedRun(key: string): Json | undefined {
+    const [namespace, name] = key.split("/") as [string, string];
+    for (const informer of this.runInformers) {
+      const run = informer.get(namespace, name);
+      if (run) return run;
+    }
+    return undefined;
+  }
+
+  private async worker(): Promise<void> {
+    this.workers++;
+    try {
+      for (;;) {
+        const key = await this.queue.get();
+        if (key === undefined) return;
+        this.metrics.activeWorkers.inc({ controller: CONTROLLER });
+        const timer = this.metrics.reconcileTime.startTimer({ controller: CONTROLLER });
+        try {
+          const result = await this.reconcile(key);
+          this.queue.forget(key);
+          this.metrics.reconcileTotal.inc({ controller: CONTROLLER, result });
+        } catch (err) {
+          this.metrics.reconcileTotal.inc({ controller: CONTROLLER, result: "error" });
+          this.metrics.reconcileErrors.inc({ controller: CONTROLLER });
+          this.log.error({ err: String(err), key }, "reconcile failed; retrying with backoff");
+          this.queue.addRateLimited(key);
+        } finally {
+          timer();
+          this.metrics.activeWorkers.dec({ controller: CONTROLLER });
+          this.queue.done(key);
+        }
+      }
+    } finally {
+      this.workers--;
+    }
+  }
+
+  /** One reconcile: decide from the cache; execute against fresh reads only when there is work. */
+  private async reconcile(key: string): Promise<"success" | "requeue_after"> {
+    const run = this.cachedRun(key);
+    if (!run) {
+      this.wakeups.set(key, undefined);
+      return "success";
+    }
+    const pods = [...(this.podsByRun.get(key)?.values() ?? [])];
+    let plan: Plan = decide({ run, pods, now: Date.now(), defaults: this.options.defaults });
+    let executed: Executed | undefined;
+    if (!isQuiet(plan)) {
+      const [namespace, name] = key.split("/") as [string, string];
+      const status = (run.status ?? {}) as { attempt?: number };
+      const log = this.log.child({ namespace, name, attempt: status.attempt, reconcileID: randomUUID() });
+      executed = await this.executor.execute(namespace, name, log);
+      plan = executed.plan;
+      if (executed.gone) {
+        this.wakeups.set(key, undefined);
+        return "success";
+      }
+      if (!isQuiet(plan)) log.info({ phase: plan.phase, summary: plan.summary }, "executed plan");
+      this.count(plan, executed);
+    }
+    for (const observer of this.observers) observer(executed?.run ?? run, executed);
+    this.wakeups.set(key, plan.wakeAt);
+    return plan.wakeAt === undefined ? "success" : "requeue_after";
+  }
+
+  private count(plan: Plan, executed: Executed): void {
+    for (const signal of plan.metrics) {
+      switch (signal.kind) {
+        case "hungKilled":
+          this.metrics.hungKilled.inc();
+          this.metrics.detectionLatency.observe(Math.max(0, ((executed.deletedAt ?? Date.now()) - signal.deadline) / 1000));
+          break;
+        case "requeue":
+          this.metrics.requeues.inc({ reason: signal.reason });
+          break;
+        case "needsHuman":
+          this.metrics.needsHuman.inc({ reason: signal.reason });
+          break;
+        case "nudge":
+          this.metrics.nudges.inc();
+          break;
+      }
+    }
+  }
+}

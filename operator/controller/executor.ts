@@ -1,0 +1,118 @@
+// Carries out the core's plans against the API server, in an order that keeps every prefix safe:
+// - a new sandbox pod is created only after a live list shows no other live pod of the run, and
+//   before the status that names it (a lost status write is repaired by adopting the pod);
+// - otherwise the status goes first, guarded by the resourceVersion the plan was made from, so a
+//   decision based on an old heartbeat loses to the newer heartbeat; pods are deleted after it.
+// Plans are always recomputed from a fresh read before they are executed.
+import type { Logger } from "pino";
+import { LABELS } from "../api/annotations.ts";
+import type { InstallDefaults } from "../api/defaults.ts";
+import { ApiError, isAlreadyExists, isConflict, isNotFound, paths, type Json, type KubeClient } from "../kube/client.ts";
+import { decide } from "../watchdog/decide.ts";
+import { isLive, podView } from "../watchdog/observe.ts";
+import { isQuiet, type Plan } from "../watchdog/plan.ts";
+import type { EventRecorder } from "./events.ts";
+
+export interface Executed {
+  plan: Plan;
+  /** The run as it stands after the plan's writes, when there was one. */
+  run?: Json;
+  /** Runs whose object is gone. */
+  gone?: boolean;
+  /** When each planned pod deletion was confirmed by the API server (ms since epoch). */
+  deletedAt?: number;
+}
+
+const MAX_CONFLICT_RETRIES = 5;
+
+export class Executor {
+  private readonly client: KubeClient;
+  private readonly recorder: EventRecorder;
+  private readonly defaults: () => InstallDefaults | undefined;
+  private readonly clock: () => number;
+
+  constructor(client: KubeClient, recorder: EventRecorder, defaults: () => InstallDefaults | undefined, clock: () => number = Date.now) {
+    this.client = client;
+    this.recorder = recorder;
+    this.defaults = defaults;
+    this.clock = clock;
+  }
+
+  /** Reads the run and its pods live, decides again and carries out what that says. */
+  async execute(namespace: string, name: string, log: Logger): Promise<Executed> {
+    for (let attempt = 0; ; attempt++) {
+      let run: Json;
+      try {
+        run = await this.client.get(paths.run(namespace, name));
+      } catch (err) {
+        if (isNotFound(err)) return { plan: { deletePods: [], events: [], metrics: [], phase: "Queued", summary: "run is gone" }, gone: true };
+        throw err;
+      }
+      const pods = await this.client.get<{ items: Json[] }>(paths.pods(namespace), { labelSelector: `${LABELS.run}=${name}` });
+      const plan = decide({ run, pods: pods.items, now: this.clock(), defaults: this.defaults() });
+      if (isQuiet(plan)) return { plan, run };
+      try {
+        return await this.apply(run, pods.items, plan, log);
+      } catch (err) {
+        if (isConflict(err) && !isAlreadyExists(err) && attempt < MAX_CONFLICT_RETRIES) {
+          log.debug({ attempt }, "conflict; deciding again from a fresh read");
+          continue;
+        }
+        throw err;
+      }
+    }
+  }
+
+  private async apply(run: Json, pods: Json[], plan: Plan, log: Logger): Promise<Executed> {
+    const meta = run.metadata as { name: string; namespace: string; resourceVersion: string };
+    let current = run;
+    const result: Executed = { plan, run };
+
+    if (plan.createPod) {
+      const live = pods.map(podView).filter(isLive);
+      if (live.length > 0) throw new ApiError("POST", "pods", 409, { reason: "Conflict", message: `live pods ${live.map((p) => p.name).join(",")} exist` });
+      try {
+        await this.client.create(paths.pods(meta.namespace), plan.createPod);
+      } catch (err) {
+        if (!isAlreadyExists(err)) throw err;
+        // Created by an earlier try whose status write was lost: fine if it is this attempt's pod.
+        const existing = await this.client.get(paths.pod(meta.namespace, plan.createPod.metadata.name));
+        const labels = (existing.metadata as { labels?: Record<string, string> }).labels ?? {};
+        if (labels[LABELS.run] !== meta.name || labels[LABELS.attempt] !== plan.createPod.metadata.labels[LABELS.attempt]) {
+          throw new Error(`pod ${plan.createPod.metadata.name} exists and does not belong to this run`, { cause: err });
+        }
+      }
+      log.info({ pod: plan.createPod.metadata.name }, "created sandbox pod");
+    }
+
+    if (plan.status) {
+      current = await this.client.mergePatch(paths.runStatus(meta.namespace, meta.name), {
+        metadata: { resourceVersion: meta.resourceVersion },
+        status: plan.status,
+      });
+      result.run = current;
+    }
+    if (plan.annotations) {
+      current = await this.client.mergePatch(paths.run(meta.namespace, meta.name), { metadata: { annotations: plan.annotations } });
+      result.run = current;
+    }
+    for (const deletion of plan.deletePods) {
+      try {
+        await this.client.delete(paths.pod(meta.namespace, deletion.name), {
+          apiVersion: "v1",
+          kind: "DeleteOptions",
+          gracePeriodSeconds: 0,
+          ...(deletion.uid ? { preconditions: { uid: deletion.uid } } : {}),
+        });
+        log.info({ pod: deletion.name }, "deleted sandbox pod");
+      } catch (err) {
+        // Gone already, or replaced by a newer pod of the same name (uid precondition): either way
+        // the pod this plan meant is not running.
+        if (!isNotFound(err) && !isConflict(err)) throw err;
+      }
+      result.deletedAt = this.clock();
+    }
+    for (const event of plan.events) await this.recorder.record(current, event);
+    return result;
+  }
+}

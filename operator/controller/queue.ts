@@ -1,0 +1,174 @@
+// A rate-limited, de-duplicating work queue in the manner of client-go's workqueue:
+// - a key waiting in the queue is queued once, however often it is added;
+// - a key being processed is never handed to a second worker; if it is added meanwhile, it is
+//   queued again when the first worker is done;
+// - failed keys come back after max(per-key exponential backoff, overall token bucket).
+
+export interface QueueMetrics {
+  depth(n: number): void;
+  add(): void;
+  retry(): void;
+  latency(seconds: number): void;
+  workDuration(seconds: number): void;
+}
+
+const noMetrics: QueueMetrics = { depth() {}, add() {}, retry() {}, latency() {}, workDuration() {} };
+
+/** Per-key exponential backoff: base * 2^failures, capped (client-go: 5 ms to 1000 s). */
+export class ItemBackoff {
+  private readonly failures = new Map<string, number>();
+  private readonly baseMs: number;
+  private readonly maxMs: number;
+  constructor(baseMs = 5, maxMs = 1_000_000) {
+    this.baseMs = baseMs;
+    this.maxMs = maxMs;
+  }
+  when(key: string): number {
+    const n = this.failures.get(key) ?? 0;
+    this.failures.set(key, n + 1);
+    return Math.min(this.maxMs, this.baseMs * Math.pow(2, n));
+  }
+  retries(key: string): number {
+    return this.failures.get(key) ?? 0;
+  }
+  forget(key: string): void {
+    this.failures.delete(key);
+  }
+}
+
+/** An overall token bucket (client-go: 10 per second, burst 100): returns how long to wait. */
+export class TokenBucket {
+  private tokens: number;
+  private last: number;
+  private readonly qps: number;
+  private readonly burst: number;
+  private readonly clock: () => number;
+  constructor(qps = 10, burst = 100, clock: () => number = Date.now) {
+    this.qps = qps;
+    this.burst = burst;
+    this.clock = clock;
+    this.tokens = burst;
+    this.last = clock();
+  }
+  reserve(): number {
+    const now = this.clock();
+    this.tokens = Math.min(this.burst, this.tokens + ((now - this.last) / 1000) * this.qps);
+    this.last = now;
+    this.tokens -= 1;
+    return this.tokens >= 0 ? 0 : (-this.tokens / this.qps) * 1000;
+  }
+}
+
+export class WorkQueue {
+  private readonly queue: string[] = [];
+  private readonly dirty = new Set<string>();
+  private readonly processing = new Set<string>();
+  private readonly addedAt = new Map<string, number>();
+  private readonly startedAt = new Map<string, number>();
+  private readonly delayed = new Map<string, { at: number; timer: NodeJS.Timeout }>();
+  private readonly waiters: ((key: string | undefined) => void)[] = [];
+  private readonly backoff = new ItemBackoff();
+  private readonly bucket = new TokenBucket();
+  private shuttingDown = false;
+  private readonly metrics: QueueMetrics;
+
+  constructor(metrics: QueueMetrics = noMetrics) {
+    this.metrics = metrics;
+  }
+
+  add(key: string): void {
+    if (this.shuttingDown) return;
+    this.metrics.add();
+    if (this.dirty.has(key)) return;
+    this.dirty.add(key);
+    this.addedAt.set(key, performance.now());
+    if (this.processing.has(key)) return; // re-queued by done()
+    this.push(key);
+  }
+
+  /** Adds the key after `ms`; an earlier pending delay for the same key wins. */
+  addAfter(key: string, ms: number): void {
+    if (this.shuttingDown) return;
+    if (ms <= 0) return this.add(key);
+    const at = Date.now() + ms;
+    const pending = this.delayed.get(key);
+    if (pending && pending.at <= at) return;
+    if (pending) clearTimeout(pending.timer);
+    const timer = setTimeout(() => {
+      this.delayed.delete(key);
+      this.add(key);
+    }, ms);
+    timer.unref?.();
+    this.delayed.set(key, { at, timer });
+  }
+
+  /** Adds a failed key back after its backoff. */
+  addRateLimited(key: string): void {
+    this.metrics.retry();
+    this.addAfter(key, Math.max(this.backoff.when(key), this.bucket.reserve()));
+  }
+
+  /** Clears a key's failure history once it succeeds. */
+  forget(key: string): void {
+    this.backoff.forget(key);
+  }
+
+  retries(key: string): number {
+    return this.backoff.retries(key);
+  }
+
+  /** The next key to process, or undefined once the queue is shut down. */
+  get(): Promise<string | undefined> {
+    const key = this.queue.shift();
+    if (key !== undefined) return Promise.resolve(this.take(key));
+    if (this.shuttingDown) return Promise.resolve(undefined);
+    return new Promise((resolve) => this.waiters.push(resolve));
+  }
+
+  done(key: string): void {
+    this.processing.delete(key);
+    const started = this.startedAt.get(key);
+    if (started !== undefined) this.metrics.workDuration((performance.now() - started) / 1000);
+    this.startedAt.delete(key);
+    if (this.dirty.has(key)) this.push(key);
+  }
+
+  get length(): number {
+    return this.queue.length;
+  }
+
+  /** How long the oldest key being processed has been at it (ms), 0 when idle. */
+  longestRunningMs(now = performance.now()): number {
+    let longest = 0;
+    for (const started of this.startedAt.values()) longest = Math.max(longest, now - started);
+    return longest;
+  }
+
+  shutDown(): void {
+    this.shuttingDown = true;
+    for (const { timer } of this.delayed.values()) clearTimeout(timer);
+    this.delayed.clear();
+    for (const waiter of this.waiters.splice(0)) waiter(undefined);
+  }
+
+  private push(key: string): void {
+    const waiter = this.waiters.shift();
+    if (waiter) {
+      waiter(this.take(key));
+      return;
+    }
+    this.queue.push(key);
+    this.metrics.depth(this.queue.length);
+  }
+
+  private take(key: string): string {
+    this.dirty.delete(key);
+    this.processing.add(key);
+    const added = this.addedAt.get(key);
+    if (added !== undefined) this.metrics.latency((performance.now() - added) / 1000);
+    this.addedAt.delete(key);
+    this.startedAt.set(key, performance.now());
+    this.metrics.depth(this.queue.length);
+    return key;
+  }
+}

@@ -1,0 +1,163 @@
+// The operator's Prometheus series. Generic series carry controller-runtime's names so existing
+// dashboards and alerts work; the watchdog's own series start with watchdog_.
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import type { QueueMetrics } from "../controller/queue.ts";
+
+export const CONTROLLER = "agentrun";
+
+export class Metrics {
+  readonly registry = new Registry();
+
+  readonly reconcileTotal = new Counter({
+    name: "controller_runtime_reconcile_total",
+    help: "Total number of reconciliations per controller",
+    labelNames: ["controller", "result"] as const,
+    registers: [this.registry],
+  });
+  readonly reconcileErrors = new Counter({
+    name: "controller_runtime_reconcile_errors_total",
+    help: "Total number of reconciliation errors per controller",
+    labelNames: ["controller"] as const,
+    registers: [this.registry],
+  });
+  readonly reconcileTime = new Histogram({
+    name: "controller_runtime_reconcile_time_seconds",
+    help: "Length of time per reconciliation per controller",
+    labelNames: ["controller"] as const,
+    buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+    registers: [this.registry],
+  });
+  readonly maxConcurrentReconciles = new Gauge({
+    name: "controller_runtime_max_concurrent_reconciles",
+    help: "Maximum number of concurrent reconciles per controller",
+    labelNames: ["controller"] as const,
+    registers: [this.registry],
+  });
+  readonly activeWorkers = new Gauge({
+    name: "controller_runtime_active_workers",
+    help: "Number of currently used workers per controller",
+    labelNames: ["controller"] as const,
+    registers: [this.registry],
+  });
+  readonly workqueueDepth = new Gauge({
+    name: "workqueue_depth",
+    help: "Current depth of workqueue",
+    labelNames: ["name", "controller"] as const,
+    registers: [this.registry],
+  });
+  readonly workqueueAdds = new Counter({
+    name: "workqueue_adds_total",
+    help: "Total number of adds handled by workqueue",
+    labelNames: ["name", "controller"] as const,
+    registers: [this.registry],
+  });
+  readonly workqueueRetries = new Counter({
+    name: "workqueue_retries_total",
+    help: "Total number of retries handled by workqueue",
+    labelNames: ["name", "controller"] as const,
+    registers: [this.registry],
+  });
+  readonly workqueueLatency = new Histogram({
+    name: "workqueue_queue_duration_seconds",
+    help: "How long in seconds an item stays in workqueue before being requested",
+    labelNames: ["name", "controller"] as const,
+    buckets: [1e-6, 1e-5, 1e-4, 1e-3, 0.01, 0.1, 1, 10, 100, 1000],
+    registers: [this.registry],
+  });
+  readonly workqueueWorkDuration = new Histogram({
+    name: "workqueue_work_duration_seconds",
+    help: "How long in seconds processing an item from workqueue takes",
+    labelNames: ["name", "controller"] as const,
+    buckets: [1e-6, 1e-5, 1e-4, 1e-3, 0.01, 0.1, 1, 10, 100, 1000],
+    registers: [this.registry],
+  });
+  readonly workqueueLongestRunning = new Gauge({
+    name: "workqueue_longest_running_processor_seconds",
+    help: "How many seconds has the longest running processor for workqueue been running",
+    labelNames: ["name", "controller"] as const,
+    registers: [this.registry],
+  });
+  readonly leaderStatus = new Gauge({
+    name: "leader_election_master_status",
+    help: "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master",
+    labelNames: ["name"] as const,
+    registers: [this.registry],
+  });
+  readonly restRequests = new Counter({
+    name: "rest_client_requests_total",
+    help: "Number of HTTP requests, partitioned by status code, method, and host",
+    labelNames: ["code", "method", "host"] as const,
+    registers: [this.registry],
+  });
+
+  readonly runs = new Gauge({
+    name: "watchdog_agentruns",
+    help: "AgentRuns by phase, as the operator's cache sees them",
+    labelNames: ["phase"] as const,
+    registers: [this.registry],
+  });
+  readonly staleHeartbeats = new Gauge({
+    name: "watchdog_stale_heartbeats",
+    help: "Active AgentRuns whose last heartbeat is older than half their heartbeat timeout",
+    registers: [this.registry],
+  });
+  readonly hungKilled = new Counter({
+    name: "watchdog_hung_sandboxes_killed_total",
+    help: "Sandbox pods deleted because their heartbeat timed out",
+    registers: [this.registry],
+  });
+  readonly requeues = new Counter({
+    name: "watchdog_requeues_total",
+    help: "Runs requeued with backoff, by reason",
+    labelNames: ["reason"] as const,
+    registers: [this.registry],
+  });
+  readonly needsHuman = new Counter({
+    name: "watchdog_needs_human_intervention_total",
+    help: "Runs that moved to NeedsHumanIntervention, by reason",
+    labelNames: ["reason"] as const,
+    registers: [this.registry],
+  });
+  readonly nudges = new Counter({
+    name: "watchdog_nudges_total",
+    help: "Stall nudges recorded",
+    registers: [this.registry],
+  });
+  readonly detectionLatency = new Histogram({
+    name: "watchdog_detection_latency_seconds",
+    help: "Time from a sandbox's heartbeat deadline to the deletion of its pod",
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30],
+    registers: [this.registry],
+  });
+  readonly informerRestarts = new Counter({
+    name: "watchdog_informer_restarts_total",
+    help: "Informer restarts after a watch error or silence",
+    labelNames: ["informer"] as const,
+    registers: [this.registry],
+  });
+
+  constructor(options: { processMetrics?: boolean } = {}) {
+    if (options.processMetrics !== false) collectDefaultMetrics({ register: this.registry });
+    // Series that should exist from the start, so that rate() and absent() work from the first scrape.
+    this.reconcileTotal.inc({ controller: CONTROLLER, result: "success" }, 0);
+    this.reconcileTotal.inc({ controller: CONTROLLER, result: "error" }, 0);
+    this.reconcileErrors.inc({ controller: CONTROLLER }, 0);
+    this.hungKilled.inc(0);
+    this.nudges.inc(0);
+    this.staleHeartbeats.set(0);
+  }
+
+  queueMetrics(name = CONTROLLER): QueueMetrics {
+    const labels = { name, controller: CONTROLLER };
+    this.workqueueDepth.set(labels, 0);
+    this.workqueueAdds.inc(labels, 0);
+    this.workqueueRetries.inc(labels, 0);
+    return {
+      depth: (n) => this.workqueueDepth.set(labels, n),
+      add: () => this.workqueueAdds.inc(labels),
+      retry: () => this.workqueueRetries.inc(labels),
+      latency: (s) => this.workqueueLatency.observe(labels, s),
+      workDuration: (s) => this.workqueueWorkDuration.observe(labels, s),
+    };
+  }
+}

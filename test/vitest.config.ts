@@ -19,6 +19,18 @@ export default defineConfig({
       {
         extends: true,
         test: {
+          name: "ledger",
+          include: ["test/ledger/**/*.test.ts"],
+          globalSetup: ["test/support/postgres-setup.ts"],
+          testTimeout: 120_000,
+          hookTimeout: 120_000,
+          // the outage test stops and starts the one shared PostgreSQL server
+          fileParallelism: false,
+        },
+      },
+      {
+        extends: true,
+        test: {
           name: "integration",
           include: ["test/integration/**/*.test.ts"],
           globalSetup: ["test/support/global-setup.ts"],

@@ -42,13 +42,28 @@ aw_since() {
 	printf '%d.%01ds' $((ms / 1000)) $(((ms % 1000) / 100))
 }
 
-# True if something on this machine already uses TCP port $1. ss sees sockets
-# bound to any address (including 0.0.0.0 and ones in TIME_WAIT); without ss we
-# fall back to trying to connect, which only catches listeners.
+# Records the TCP ports listened on right now in AW_USED_PORTS, so that picking
+# several ports in a row costs one `ss` run instead of one per candidate.
+# Call it in the picking shell itself (not in a $(...) subshell).
+aw_snapshot_used_ports() {
+	command -v ss >/dev/null 2>&1 || return 0
+	local local_addr
+	AW_USED_PORTS=" "
+	while read -r _ _ _ local_addr _; do
+		AW_USED_PORTS+="${local_addr##*:} "
+	done < <(ss -Htln 2>/dev/null)
+}
+
+# True if something on this machine already listens on TCP port $1, on any
+# address. Only listeners count: connections lingering in TIME_WAIT after a
+# server stopped do not keep a restarted server (which binds with
+# SO_REUSEADDR, as PostgreSQL and Go servers do) from getting its port back.
 aw_port_in_use() {
 	local port=$1
-	if command -v ss >/dev/null 2>&1; then
-		[[ -n "$(ss -Htan "sport = :$port" 2>/dev/null)" ]]
+	if [[ -n "${AW_USED_PORTS:-}" ]]; then
+		[[ "$AW_USED_PORTS" == *" $port "* ]]
+	elif command -v ss >/dev/null 2>&1; then
+		[[ -n "$(ss -Htln "sport = :$port" 2>/dev/null)" ]]
 	else
 		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
 	fi
@@ -89,11 +104,14 @@ aw_wait_for() {
 }
 
 # Takes an exclusive lock on file $1 for the rest of the calling shell's life,
-# telling the user when it has to wait for another invocation.
+# on file descriptor $2 (8 or 9 by convention), telling the user when it has
+# to wait. Fixed descriptors let every long-lived child be started with them
+# closed (`8>&- 9>&-`): a daemon that inherited one would hold the lock until
+# it exits and block the next invocation.
 aw_lock() {
-	local file=$1 fd
+	local file=$1 fd=$2
 	mkdir -p "$(dirname "$file")"
-	exec {fd}>"$file"
+	eval "exec $fd>\"\$file\""
 	if ! flock -n "$fd"; then
 		aw_log "waiting for another invocation to release $file"
 		flock "$fd"

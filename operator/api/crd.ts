@@ -86,7 +86,7 @@ function toStructural(node: Json, path: string[], cel: boolean): Json {
         const literal = node.type === "number" ? `${min}.0` : `${min}`;
         rules.push({
           rule: `self >= ${literal}`,
-          messageExpression: `'must be greater than or equal to ${min}, not ' + string(self)`,
+          message: `must be greater than or equal to ${min}`,
           reason: "FieldValueInvalid",
         });
       }
@@ -196,7 +196,6 @@ export function agentRunCrd(): Json {
                   // are limited to 63 characters.
                   rule: "size(self.metadata.name) <= 63",
                   message: "metadata.name must be at most 63 characters (it is used as a label value on sandbox pods)",
-                  fieldPath: ".metadata.name",
                   reason: "FieldValueInvalid",
                 },
               ],

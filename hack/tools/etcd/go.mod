@@ -1,3 +1,8 @@
+// Wrapper module that pins the etcd server run by hack/control-plane.sh.
+// The server's main package is the root of go.etcd.io/etcd/server/v3; that module's own
+// go.mod replaces its sibling modules with local paths, which is why `go install ...@version`
+// refuses it and a wrapper module is needed. Bump with:
+//   go get -tool go.etcd.io/etcd/server/v3@<version> && go mod tidy
 module agent-watchdog/hack/tools/etcd
 
 go 1.26.0

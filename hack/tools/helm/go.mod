@@ -1,3 +1,6 @@
+// Wrapper module that pins the helm CLI served by `hack/control-plane.sh bin helm`.
+// Kept apart from the other tools so their Kubernetes library versions never have to agree.
+// Bump with: go get -tool helm.sh/helm/v3/cmd/helm@<version> && go mod tidy
 module agent-watchdog/hack/tools/helm
 
 go 1.26.0

@@ -1,3 +1,6 @@
+// Wrapper module that pins kwok, the fake kubelet behind `hack/control-plane.sh up --nodes`.
+// Kept apart from the other tools so their Kubernetes library versions never have to agree.
+// Bump with: go get -tool sigs.k8s.io/kwok/cmd/kwok@<version> && go mod tidy
 module agent-watchdog/hack/tools/kwok
 
 go 1.26.0

@@ -1,3 +1,6 @@
+// Wrapper module that pins promtool (`hack/control-plane.sh bin promtool`), used to check
+// Prometheus rule files. Prometheus publishes release X.Y.Z as module version v0.X0Y.Z.
+// Bump with: go get -tool github.com/prometheus/prometheus/cmd/promtool@<version> && go mod tidy
 module agent-watchdog/hack/tools/promtool
 
 go 1.26.7

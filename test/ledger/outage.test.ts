@@ -1,0 +1,329 @@
+// PostgreSQL goes away while runs keep changing. observe() must stay instant throughout, and once
+// the server is back the ledger must hold everything: from its buffer, or, where the buffer had
+// to drop rows, from the run objects. What neither holds any more is recorded as a gap.
+import { afterAll, afterEach, beforeAll, expect, inject, it } from "vitest";
+import type { Json } from "../../operator/kube/client.ts";
+import { Ledger, type LedgerOptions } from "../../operator/ledger/ledger.ts";
+import { waitFor } from "../support/wait.ts";
+import { capturingLogger, createDatabase, ledgerProblems, postgres, RunSim, storedTransitions, type TestDatabase } from "./support.ts";
+
+let db: TestDatabase;
+const open: Ledger[] = [];
+const extraDatabases: TestDatabase[] = [];
+
+beforeAll(async () => {
+  db = await createDatabase(inject("databaseUrl"), import.meta.filename);
+});
+afterEach(async () => {
+  // A failed test must not leave the shared server down for the next one.
+  postgres("start");
+  await Promise.all(open.splice(0).map((l) => l.close(1_000)));
+});
+afterAll(async () => {
+  postgres("start");
+  for (const extra of extraDatabases) await extra.drop();
+  await db?.drop();
+});
+
+const FAST_RETRY = { initialMs: 50, maxMs: 400 };
+
+function openLedger(options: Partial<LedgerOptions> = {}, url = db.url) {
+  const { log, messages } = capturingLogger();
+  const ledger = Ledger.open(url, { log, flushIntervalMs: 20, retry: FAST_RETRY, ...options });
+  open.push(ledger);
+  return { ledger, messages };
+}
+
+// This thread's CPU time where Node.js can tell it; else the whole process's, which only errs on
+// the strict side (it adds the garbage collector's and libuv's threads).
+const cpuUsage: (previous?: NodeJS.CpuUsage) => NodeJS.CpuUsage =
+  typeof process.threadCpuUsage === "function" ? (p) => process.threadCpuUsage(p) : (p) => process.cpuUsage(p);
+
+/**
+ * observe(), timed: it runs on the reconcile path and must never wait for the database. Every
+ * call is held to the bound in CPU time on this thread, which is what observe() itself costs.
+ * Wall time also counts whatever else a busy machine did meanwhile (a test host descheduling
+ * the thread for a few milliseconds), so there the bound holds for 95% of calls.
+ */
+class TimedObserver {
+  readonly cpuMs: number[] = [];
+  readonly wallMs: number[] = [];
+  private readonly ledger: Ledger;
+  constructor(ledger: Ledger) {
+    this.ledger = ledger;
+  }
+  observe(run: Json, times = 1): void {
+    for (let i = 0; i < times; i++) {
+      const wall = performance.now();
+      const cpu = cpuUsage();
+      this.ledger.observe(run);
+      const used = cpuUsage(cpu);
+      this.wallMs.push(performance.now() - wall);
+      this.cpuMs.push((used.user + used.system) / 1000);
+    }
+  }
+  /** Asserts that observe() stayed well under 5 ms a call. */
+  expectFast(): void {
+    expect(this.cpuMs.length).toBeGreaterThan(0);
+    const wall = [...this.wallMs].sort((a, b) => a - b);
+    const p95 = wall[Math.floor(wall.length * 0.95)] as number;
+    const detail = `cpu ms max ${Math.max(...this.cpuMs).toFixed(3)}; wall ms median ${wall[wall.length >> 1]?.toFixed(3)}, p95 ${p95.toFixed(3)}, max ${wall.at(-1)?.toFixed(3)}`;
+    expect(Math.max(...this.cpuMs), detail).toBeLessThan(5);
+    expect(p95, detail).toBeLessThan(5);
+  }
+}
+
+const yieldToLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+function startRuns(count: number, prefix: string): RunSim[] {
+  return Array.from({ length: count }, (_, i) => new RunSim("outage", `${prefix}-${i}`).to("Queued").to("Starting", "PodCreated").to("Planning"));
+}
+
+async function complete(ledger: Ledger, sims: RunSim[], timeoutMs = 30_000): Promise<void> {
+  await waitFor(
+    "the ledger to hold every transition and call exactly once",
+    async () => ledger.bufferedRows === 0 && !ledger.catchingUp && (await ledgerProblems(db, sims)).length === 0,
+    { timeoutMs, intervalMs: 100 },
+  ).catch(async (err: Error) => {
+    throw new Error(`${err.message}\n${(await ledgerProblems(db, sims).catch((e: Error) => [e.message])).join("\n")}`);
+  });
+}
+
+/** Stops PostgreSQL and waits until the ledger has tried to write and failed. */
+async function outage(ledger: Ledger, keepBusy: () => void): Promise<void> {
+  const failuresBefore = ledger.failedFlushes;
+  postgres("stop");
+  await waitFor(
+    "the ledger to notice the outage",
+    async () => {
+      keepBusy();
+      await yieldToLoop();
+      return ledger.failedFlushes > failuresBefore && !ledger.connected;
+    },
+    { timeoutMs: 20_000, intervalMs: 20 },
+  );
+}
+
+async function gapRows(uid: string) {
+  return db.query("SELECT * FROM ledger_gaps WHERE run_uid = $1 ORDER BY id", [uid]);
+}
+
+it("keeps observe() instant through an outage and writes the buffer once PostgreSQL is back", async () => {
+  // No listRuns: nothing to catch up from, so everything must come through the buffer.
+  const { ledger, messages } = openLedger();
+  const timed = new TimedObserver(ledger);
+  const sims = startRuns(4, "buffered");
+  for (const sim of sims) ledger.observe(sim.object());
+  await complete(ledger, sims);
+
+  let step = 0;
+  const advance = () => {
+    if (step >= 8) return;
+    for (const sim of sims) timed.observe(sim.busyStep(step).object(), 3); // resyncs repeat each version
+    step++;
+  };
+  await outage(ledger, advance);
+  while (step < 8) {
+    advance();
+    await yieldToLoop();
+  }
+  expect(ledger.connected).toBe(false);
+  expect(ledger.bufferedRows).toBeGreaterThan(0);
+  expect(messages()).toContain("lost PostgreSQL; buffering rows and retrying");
+
+  postgres("start");
+  await complete(ledger, sims);
+  expect(ledger.connected).toBe(true);
+  expect(ledger.lostRows).toBe(0);
+  expect(messages()).toContain("PostgreSQL is reachable again; writing the buffer and catching up");
+  expect(await db.query("SELECT * FROM ledger_gaps")).toEqual([]);
+  expect(timed.wallMs).toHaveLength(8 * 4 * 3);
+  timed.expectFast();
+});
+
+it("recovers rows its full buffer dropped from the run objects", async () => {
+  const sims = startRuns(3, "overflow");
+  const { ledger, messages } = openLedger({ maxBufferedRows: 8, listRuns: () => sims.map((s) => s.object()) });
+  const timed = new TimedObserver(ledger);
+  for (const sim of sims) ledger.observe(sim.object());
+  await complete(ledger, sims);
+
+  let step = 0;
+  const advance = () => {
+    if (step >= 8) return;
+    for (const sim of sims) timed.observe(sim.busyStep(step).object(), 2);
+    step++;
+  };
+  await outage(ledger, advance);
+  // 3 + 2 per step transitions: the objects still hold all of them (20), the buffer cannot.
+  while (step < 8) {
+    advance();
+    await yieldToLoop();
+  }
+  expect(ledger.bufferedRows).toBeLessThanOrEqual(8);
+  expect(ledger.lostRows).toBeGreaterThan(0);
+  expect(messages()).toContain("ledger buffer full; dropping the oldest rows until a catch-up recovers them from the runs");
+
+  postgres("start");
+  await complete(ledger, sims);
+  expect(await db.query("SELECT * FROM ledger_gaps")).toEqual([]);
+  timed.expectFast();
+});
+
+it("records the transitions it dropped that the run no longer holds, even when the rest chains", async () => {
+  const [sim] = startRuns(1, "chained") as [RunSim];
+  const { ledger, messages } = openLedger({ maxBufferedRows: 8, listRuns: () => [sim.object()] });
+  const timed = new TimedObserver(ledger);
+  ledger.observe(sim.object());
+  await complete(ledger, [sim]);
+  const storedBefore = sim.history.length;
+
+  // Planning <-> ExecutingTool 30 times: every transition chains onto the one before, so the
+  // chain alone cannot show that some went missing; only the ledger's record of drops can.
+  let flips = 0;
+  const flip = () => {
+    if (flips >= 30) return;
+    timed.observe(sim.to(sim.phase === "Planning" ? "ExecutingTool" : "Planning", "Heartbeat").object());
+    flips++;
+  };
+  await outage(ledger, flip);
+  while (flips < 30) {
+    flip();
+    await yieldToLoop();
+  }
+  postgres("start");
+
+  const lost = sim.history.slice(storedBefore, sim.history.length - 20);
+  expect(lost.length).toBeGreaterThan(0);
+  const gap = await waitFor("the gap to be recorded", async () => (await gapRows(sim.uid))[0], { timeoutMs: 30_000 });
+  await waitFor("the catch-up to finish", () => ledger.bufferedRows === 0 && !ledger.catchingUp);
+
+  const stored = (await storedTransitions(db, sim.uid)).map((t) => t.time.toISOString());
+  const expected = sim.history.filter((t) => !lost.includes(t)).map((t) => t.time);
+  expect(stored).toEqual(expected);
+  const after = sim.history[storedBefore - 1]!;
+  const before = sim.history[sim.history.length - 20]!;
+  expect(before.from).toBe(after.phase); // it chains
+  expect(await gapRows(sim.uid)).toHaveLength(1);
+  expect(gap).toMatchObject({
+    kind: "transitions",
+    cause: "dropped",
+    missing: lost.length,
+    after_phase: after.phase,
+    before_from: before.from,
+    before_phase: before.phase,
+  });
+  expect(gap.after_time.toISOString()).toBe(after.time);
+  expect(gap.before_time.toISOString()).toBe(before.time);
+  expect(ledger.gapsRecorded).toBe(1);
+  expect(messages().filter((m) => m.includes("could not recover"))).toEqual([
+    `ledger could not recover ${lost.length} transitions after ${after.phase} at ${after.time}, before ${before.from} -> ${before.phase} at ${before.time} (the buffer dropped them and the run no longer holds them)`,
+  ]);
+  timed.expectFast();
+});
+
+it("judges dropped rows only against an object as new as the ones it observed", async () => {
+  // The controller observes the object a write returned; the informer cache the ledger catches
+  // up from may not have it yet. Rows dropped meanwhile are late, not lost.
+  const [sim] = startRuns(1, "lagging") as [RunSim];
+  let cached = sim.object();
+  const { ledger } = openLedger({ maxBufferedRows: 2, listRuns: () => [cached] });
+  ledger.observe(sim.object());
+  await complete(ledger, [sim]);
+
+  let flipped = 0;
+  const flip = () => {
+    if (flipped >= 8) return;
+    ledger.observe(sim.to(sim.phase === "Planning" ? "ExecutingTool" : "Planning", `Flip${flipped++}`).object());
+  };
+  await outage(ledger, flip);
+  while (flipped < 8) flip();
+  cached = sim.object();
+  (cached.status as { transitions: unknown[] }).transitions.splice(-5); // the cache is 5 transitions behind
+  const catchUpsBefore = ledger.catchUps;
+  postgres("start");
+
+  await waitFor("catch-ups against the lagging cache", () => ledger.catchUps >= catchUpsBefore + 2, { timeoutMs: 20_000 });
+  expect(ledger.catchingUp).toBe(true); // still waiting to judge the drops
+  expect(await gapRows(sim.uid)).toEqual([]);
+  expect(await ledgerProblems(db, [sim])).not.toEqual([]); // some rows are only in the newer object
+
+  cached = sim.object(); // the cache catches up
+  await complete(ledger, [sim]);
+  expect(await gapRows(sim.uid)).toEqual([]);
+  expect(ledger.gapsRecorded).toBe(0);
+});
+
+it("records the tool calls it dropped that the run no longer holds", async () => {
+  const [sim] = startRuns(1, "calls") as [RunSim];
+  const { ledger } = openLedger({ maxBufferedRows: 8, listRuns: () => [sim.object()] });
+  ledger.observe(sim.object());
+  await complete(ledger, [sim]);
+
+  const made: string[] = [];
+  const call = () => {
+    if (made.length >= 70) return;
+    const id = sim.startCall("search");
+    ledger.observe(sim.object());
+    sim.finishCall(id);
+    ledger.observe(sim.object());
+    made.push(id);
+  };
+  await outage(ledger, call);
+  // Status keeps the newest 64 calls.
+  while (made.length < 70) {
+    call();
+    await yieldToLoop();
+  }
+  postgres("start");
+
+  const rotatedOut = made.slice(0, made.length - 64);
+  await waitFor("the catch-up to finish", async () => ledger.bufferedRows === 0 && !ledger.catchingUp && ledger.catchUps >= 2, {
+    timeoutMs: 30_000,
+  });
+  const stored = await db.query<{ call_id: string }>("SELECT call_id FROM ledger_tool_calls WHERE run_uid = $1", [sim.uid]);
+  const storedIds = new Set(stored.map((r) => r.call_id));
+  const lostIds = made.filter((id) => !storedIds.has(id));
+  expect(lostIds.length).toBeGreaterThan(0);
+  expect(rotatedOut).toEqual(expect.arrayContaining(lostIds)); // only calls the run no longer holds are lost
+  const gaps = await gapRows(sim.uid);
+  expect(gaps.map((g) => [g.kind, g.cause, g.call_id]).sort()).toEqual(lostIds.map((id) => ["tool_call", "dropped", id]).sort());
+});
+
+it("opens while PostgreSQL is down, keeps retrying, and migrates when it gets through", async () => {
+  const fresh = await createDatabase(inject("databaseUrl"), import.meta.filename);
+  extraDatabases.push(fresh);
+  postgres("stop");
+  const sims = startRuns(2, "early");
+  const { ledger, messages } = openLedger({ listRuns: () => sims.map((s) => s.object()) }, fresh.url);
+  const timed = new TimedObserver(ledger);
+  for (const sim of sims) timed.observe(sim.object());
+  await waitFor("repeated failed attempts", () => ledger.failedFlushes >= 3, { timeoutMs: 20_000 });
+  expect(ledger.ready).toBe(false);
+  expect(messages()).toContain("cannot reach PostgreSQL yet; buffering rows and retrying");
+  for (const sim of sims) timed.observe(sim.busyStep(0).object());
+
+  postgres("start");
+  await waitFor("the ledger to be ready", () => ledger.ready, { timeoutMs: 30_000 });
+  await waitFor(
+    "every row",
+    async () => ledger.bufferedRows === 0 && !ledger.catchingUp && (await ledgerProblems(fresh, sims)).length === 0,
+    { timeoutMs: 30_000 },
+  );
+  expect(await fresh.query("SELECT version FROM schema_migrations ORDER BY version")).toEqual([{ version: 1 }, { version: 2 }]);
+  timed.expectFast();
+});
+
+it("closes within its timeout while PostgreSQL is down, counting what it could not write", async () => {
+  const { ledger } = openLedger();
+  const sims = startRuns(1, "closing");
+  ledger.observe(sims[0]!.object());
+  await complete(ledger, sims);
+  await outage(ledger, () => ledger.observe(sims[0]!.busyStep(0).object()));
+  const buffered = ledger.bufferedRows;
+  expect(buffered).toBeGreaterThan(0);
+  const started = Date.now();
+  await ledger.close(500);
+  expect(Date.now() - started).toBeLessThan(3_000);
+  expect(ledger.lostRows).toBe(buffered);
+});

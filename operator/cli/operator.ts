@@ -5,6 +5,7 @@ import { Controller } from "../controller/controller.ts";
 import { EventRecorder } from "../controller/events.ts";
 import { LEADER_DEFAULTS, LeaderElector } from "../controller/leader.ts";
 import { KubeClient } from "../kube/client.ts";
+import { Ledger } from "../ledger/ledger.ts";
 import { createLogger } from "../log.ts";
 import { Metrics } from "../metrics/metrics.ts";
 import { listen, probe } from "../metrics/server.ts";
@@ -27,6 +28,9 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
     defaults: options.defaults,
   });
 
+  const ledger = options.databaseUrl ? Ledger.open(options.databaseUrl, { log, listRuns: () => controller.listRuns() }) : undefined;
+  if (ledger) controller.observe((run) => ledger.observe(run));
+
   const elector = options.leaderElect
     ? new LeaderElector(
         client,
@@ -48,11 +52,23 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
         metrics.staleHeartbeats.set(census.staleHeartbeats);
         metrics.workqueueLongestRunning.set({ name: "agentrun", controller: "agentrun" }, controller.queue.longestRunningMs() / 1000);
         for (const informer of controller.informers) {
-          metrics.informerRestarts.inc({ informer: informer.options.name }, 0);
+          const name = informer.options.name;
+          metrics.mirror(`informer/${name}`, metrics.informerRestarts.labels({ informer: name }), informer.restarts);
+        }
+        if (ledger) {
+          const stats = ledger.stats();
+          metrics.ledgerBuffered.set(stats.bufferedRows);
+          metrics.ledgerConnected.set(stats.connected ? 1 : 0);
+          metrics.mirror("ledger/written", metrics.ledgerWritten, stats.writtenRows);
+          metrics.mirror("ledger/lost", metrics.ledgerLost, stats.lostRows);
+          metrics.mirror("ledger/failed", metrics.ledgerFailedFlushes, stats.failedFlushes);
+          metrics.mirror("ledger/gaps", metrics.ledgerGaps, stats.gapsRecorded);
         }
         res.writeHead(200, { "content-type": metrics.registry.contentType }).end(await metrics.registry.metrics());
         return true;
       },
+      // The run history, when the ledger is on: GET /history/<namespace>/<name>.
+      (req, res, url) => ledger?.handleHttp(req, res, url) ?? false,
     ]),
   );
   servers.push(
@@ -66,6 +82,7 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
   const lead = () => {
     leading = true;
     metrics.leaderStatus.set(leaderLabels, 1);
+    ledger?.requestCatchUp();
     controller.startWorkers();
     log.info({ concurrency: options.concurrency, namespaces: options.namespaces.length ? options.namespaces : "all" }, "reconciling");
   };
@@ -86,6 +103,7 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
     shuttingDown = true;
     log.info({ signal }, "shutting down");
     await controller.stop();
+    await ledger?.close(5_000);
     await elector?.release();
     for (const server of servers) server?.close();
     log.info("stopped");

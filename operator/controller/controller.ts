@@ -110,6 +110,11 @@ export class Controller {
     return [...this.runInformers, ...this.podInformers].every((i) => i.synced);
   }
 
+  /** Every cached run, or undefined until the caches are synced (the ledger catches up from it). */
+  listRuns(): Json[] | undefined {
+    return this.runInformers.every((i) => i.synced) ? this.runInformers.flatMap((i) => i.list()) : undefined;
+  }
+
   get informers(): Informer[] {
     return [...this.runInformers, ...this.podInformers];
   }

@@ -44,10 +44,18 @@ export function loadKubeConfig(): KubeConfig {
   return kc;
 }
 
+/**
+ * How long credentials are reused before they are read again: client-node builds a new TLS agent
+ * (and reads certificate files) on every call, which costs a TLS handshake per request; rotated
+ * service-account tokens are still picked up within this time, and at once after a 401.
+ */
+const CREDENTIALS_TTL_MS = 60_000;
+
 export class KubeClient {
   readonly kc: KubeConfig;
   private readonly observers: RequestObserver[] = [];
   private readonly server: string;
+  private credentials?: { headers: Record<string, string>; dispatcher: Dispatcher | undefined; at: number };
 
   constructor(kc: KubeConfig = loadKubeConfig()) {
     this.kc = kc;
@@ -65,20 +73,24 @@ export class KubeClient {
     for (const [key, value] of Object.entries(options.query ?? {})) {
       if (value !== undefined) url.searchParams.set(key, String(value));
     }
-    const ctx = new RequestContext(url.toString(), method as HttpMethod);
-    await this.kc.applySecurityAuthentication(ctx);
-    const headers: Record<string, string> = { Accept: "application/json", ...ctx.getHeaders() };
-    if (options.body !== undefined) headers["Content-Type"] = options.contentType ?? "application/json";
     const started = performance.now();
     let code = 0;
     try {
-      const response = await fetch(url, {
-        method,
-        headers,
-        body: options.body === undefined ? undefined : typeof options.body === "string" ? options.body : JSON.stringify(options.body),
-        dispatcher: ctx.getDispatcher() as Dispatcher | undefined,
-        signal: options.signal ?? AbortSignal.timeout(30_000),
-      });
+      let response;
+      for (let retry = 0; ; retry++) {
+        const credentials = await this.credentialsFor(url, retry > 0);
+        const headers: Record<string, string> = { Accept: "application/json", ...credentials.headers };
+        if (options.body !== undefined) headers["Content-Type"] = options.contentType ?? "application/json";
+        response = await fetch(url, {
+          method,
+          headers,
+          body: options.body === undefined ? undefined : typeof options.body === "string" ? options.body : JSON.stringify(options.body),
+          dispatcher: credentials.dispatcher,
+          signal: options.signal ?? AbortSignal.timeout(30_000),
+        });
+        if (response.status !== 401 || retry > 0) break;
+        await response.body?.cancel();
+      }
       code = response.status;
       const text = await response.text();
       const body = text ? (JSON.parse(text) as unknown) : undefined;
@@ -88,6 +100,20 @@ export class KubeClient {
       const ms = performance.now() - started;
       for (const observe of this.observers) observe(method, code, ms);
     }
+  }
+
+  /** Auth headers and one shared connection pool, read again after a TTL or a 401. */
+  private async credentialsFor(url: URL, refresh: boolean): Promise<NonNullable<KubeClient["credentials"]>> {
+    if (!refresh && this.credentials && Date.now() - this.credentials.at < CREDENTIALS_TTL_MS) return this.credentials;
+    const ctx = new RequestContext(url.toString(), "GET" as HttpMethod);
+    await this.kc.applySecurityAuthentication(ctx);
+    const previous = this.credentials?.dispatcher;
+    const dispatcher = (previous ?? ctx.getDispatcher()) as Dispatcher | undefined;
+    // The TLS material does not change while the process runs; keeping the first pool keeps its
+    // connections alive. Only the headers (bearer tokens) are refreshed.
+    if (previous && ctx.getDispatcher() !== previous) void (ctx.getDispatcher() as Dispatcher | undefined)?.close?.();
+    this.credentials = { headers: { ...ctx.getHeaders() }, dispatcher, at: Date.now() };
+    return this.credentials;
   }
 
   get<T = Json>(path: string, query?: RequestOptions["query"]): Promise<T> {

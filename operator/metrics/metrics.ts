@@ -136,6 +136,37 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly ledgerBuffered = new Gauge({
+    name: "watchdog_ledger_buffered_rows",
+    help: "Ledger rows waiting to be written to PostgreSQL",
+    registers: [this.registry],
+  });
+  readonly ledgerWritten = new Counter({
+    name: "watchdog_ledger_written_rows_total",
+    help: "Ledger rows written to PostgreSQL",
+    registers: [this.registry],
+  });
+  readonly ledgerLost = new Counter({
+    name: "watchdog_ledger_lost_rows_total",
+    help: "Ledger rows dropped before they could be written",
+    registers: [this.registry],
+  });
+  readonly ledgerFailedFlushes = new Counter({
+    name: "watchdog_ledger_failed_flushes_total",
+    help: "Failed attempts to reach, migrate or write to PostgreSQL",
+    registers: [this.registry],
+  });
+  readonly ledgerConnected = new Gauge({
+    name: "watchdog_ledger_connected",
+    help: "Whether the last attempt to reach PostgreSQL succeeded",
+    registers: [this.registry],
+  });
+  readonly ledgerGaps = new Counter({
+    name: "watchdog_ledger_gaps_total",
+    help: "Gaps in the ledger's history that could not be recovered",
+    registers: [this.registry],
+  });
+
   constructor(options: { processMetrics?: boolean } = {}) {
     if (options.processMetrics !== false) collectDefaultMetrics({ register: this.registry });
     // Series that should exist from the start, so that rate() and absent() work from the first scrape.
@@ -145,6 +176,15 @@ export class Metrics {
     this.hungKilled.inc(0);
     this.nudges.inc(0);
     this.staleHeartbeats.set(0);
+  }
+
+  private readonly mirrored = new Map<string, number>();
+
+  /** Moves a counter up to a running total kept elsewhere (prom-client counters cannot be set). */
+  mirror(key: string, counter: { inc(value: number): void }, total: number): void {
+    const seen = this.mirrored.get(key) ?? 0;
+    if (total > seen) counter.inc(total - seen);
+    this.mirrored.set(key, Math.max(total, seen));
   }
 
   queueMetrics(name = CONTROLLER): QueueMetrics {

@@ -1,0 +1,212 @@
+// bench:detect — how fast the watchdog notices a hung sandbox, and what heartbeats cost it.
+//
+// Starts N runs against the local control plane and a real operator process, heartbeats them the
+// way the sandbox SDK does, then stops each run's heartbeats at a known time. It prints:
+// - deadline -> pod deletion latency (p50, p99, max), observed from a watch on the pods;
+// - the operator's API writes per heartbeat, from its own rest_client_requests_total;
+// - the operator's RSS.
+//
+// Usage: npm run bench:detect -- [--runs 200] [--timeout 10s] [--spread 20s] [--concurrency 8]
+import { execFileSync, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import { KubeConfig } from "@kubernetes/client-node";
+import { parseDuration } from "../../operator/api/duration.ts";
+import { KubeClient, paths, type Json } from "../../operator/kube/client.ts";
+
+const root = fileURLToPath(new URL("../..", import.meta.url));
+const { values } = parseArgs({
+  options: {
+    runs: { type: "string", default: "200" },
+    timeout: { type: "string", default: "10s" },
+    spread: { type: "string", default: "20s" },
+    concurrency: { type: "string", default: "8" },
+    "heartbeat-interval": { type: "string" },
+  },
+});
+const N = Number(values.runs);
+const timeoutMs = parseDuration(values.timeout as string);
+const spreadMs = parseDuration(values.spread as string);
+const heartbeatEveryMs = values["heartbeat-interval"] ? parseDuration(values["heartbeat-interval"]) : timeoutMs / 4;
+
+const log = (message: string) => process.stderr.write(`[bench] ${message}\n`);
+
+/** Runs `fn` over items with at most `limit` in flight. */
+async function pool<T, R>(items: T[], limit: number, fn: (item: T, index: number) => Promise<R>): Promise<R[]> {
+  const results: R[] = new Array(items.length);
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(limit, items.length) }, async () => {
+      while (next < items.length) {
+        const i = next++;
+        results[i] = await fn(items[i] as T, i);
+      }
+    }),
+  );
+  return results;
+}
+
+async function until(description: string, probe: () => Promise<boolean>, timeout = 300_000): Promise<void> {
+  const deadline = Date.now() + timeout;
+  while (!(await probe())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${description}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+const freePort = () =>
+  new Promise<number>((resolve) => {
+    const s = createServer().listen(0, "127.0.0.1", () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+  });
+
+function writes(metrics: string): number {
+  let total = 0;
+  for (const line of metrics.split("\n")) {
+    if (line.startsWith("rest_client_requests_total{") && /method="(POST|PUT|PATCH|DELETE)"/.test(line)) total += Number(line.slice(line.lastIndexOf(" ") + 1));
+  }
+  return total;
+}
+
+const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] as number;
+
+async function main(): Promise<void> {
+  const up = execFileSync("bash", [`${root}hack/control-plane.sh`, "up"], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
+  const kubeconfig = /export KUBECONFIG=(\S+)/.exec(up)?.[1] as string;
+  execFileSync("kubectl", ["apply", "--server-side", "--force-conflicts", "-f", `${root}crds/`], { env: { ...process.env, KUBECONFIG: kubeconfig }, stdio: "ignore" });
+  const kc = new KubeConfig();
+  kc.loadFromFile(kubeconfig);
+  const client = new KubeClient(kc);
+  const ns = `bench-${randomBytes(3).toString("hex")}`;
+  await client.create("/api/v1/namespaces", { apiVersion: "v1", kind: "Namespace", metadata: { name: ns } });
+  await until("default ServiceAccount", () => client.get(`/api/v1/namespaces/${ns}/serviceaccounts/default`).then(() => true, () => false));
+
+  const metricsPort = await freePort();
+  const operator = spawn(
+    process.execPath,
+    [`${root}operator/cli/operator.ts`, `--namespaces=${ns}`, `--concurrency=${values.concurrency}`, `--metrics-bind-address=127.0.0.1:${metricsPort}`, "--health-probe-bind-address=0", "--log-level=warn"],
+    { env: { ...process.env, KUBECONFIG: kubeconfig }, stdio: ["ignore", "ignore", "inherit"] },
+  );
+  const metrics = () => fetch(`http://127.0.0.1:${metricsPort}/metrics`).then((r) => r.text());
+  try {
+    await until("operator metrics", () => metrics().then(() => true, () => false), 30_000);
+    log(`namespace ${ns}: creating ${N} runs (heartbeatTimeout ${values.timeout}, heartbeat every ${heartbeatEveryMs} ms)`);
+    const names = Array.from({ length: N }, (_, i) => `r${i}`);
+    const heartbeat = (name: string) =>
+      client.mergePatch<Json>(paths.runStatus(ns, name), { status: { heartbeat: { time: new Date().toISOString(), attempt: 1, state: "Planning" } } });
+
+    // Each run heartbeats from its creation, as its sandbox would, until its stop time is set and
+    // reached; the time of its last acknowledged heartbeat plus the timeout is its deadline.
+    const stopAt = new Map<string, number>();
+    const deadlines = new Map<string, number>();
+    let heartbeats = 0;
+    const heartbeatLoop = async (name: string, i: number) => {
+      await new Promise((r) => setTimeout(r, (i / N) * heartbeatEveryMs));
+      for (;;) {
+        const last = await heartbeat(name);
+        heartbeats++;
+        const next = Date.now() + heartbeatEveryMs;
+        if (next >= (stopAt.get(name) ?? Infinity)) {
+          deadlines.set(`${name}-1`, Date.parse(((last.status as Json).heartbeat as { time: string }).time) + timeoutMs);
+          return;
+        }
+        await new Promise((r) => setTimeout(r, next - Date.now()));
+      }
+    };
+    const loops: Promise<void>[] = [];
+    await pool(names, 16, async (name, i) => {
+      await client.create(paths.runs(ns), {
+        apiVersion: "watchdog.dev/v1alpha1",
+        kind: "AgentRun",
+        metadata: { name },
+        spec: {
+          template: { spec: { containers: [{ name: "agent", image: "agent-watchdog:bench" }] } },
+          watchdog: { heartbeatTimeout: values.timeout, maxRestarts: 5, backoff: { initial: "10m", max: "10m" }, stall: { enabled: false } },
+        },
+      });
+      loops.push(heartbeatLoop(name, i));
+    });
+    await until("every run Planning", async () => {
+      const list = await client.get<{ items: { status?: { phase?: string } }[] }>(paths.runs(ns));
+      return list.items.filter((r) => r.status?.phase === "Planning").length === N;
+    });
+
+    // Steady state: heartbeats only. The operator should write nothing.
+    const steadyMs = Math.max(3 * heartbeatEveryMs, 10_000);
+    log(`steady state for ${steadyMs} ms`);
+    const writesBefore = writes(await metrics());
+    const heartbeatsBefore = heartbeats;
+    await new Promise((r) => setTimeout(r, steadyMs));
+    const writesDuring = writes(await metrics()) - writesBefore;
+    const steadyHeartbeats = heartbeats - heartbeatsBefore;
+
+    // Stop each run's heartbeats at a known time, spread over `spread`; record deletions by watch.
+    const deletedAt = new Map<string, number>();
+    const watch = await client.watch(
+      paths.pods(ns),
+      {},
+      (type, pod) => {
+        const name = (pod.metadata as { name: string }).name;
+        if (type === "DELETED" && !deletedAt.has(name)) deletedAt.set(name, Date.now());
+      },
+      () => {},
+      600_000,
+    );
+    const stopStart = Date.now() + 1000;
+    log(`stopping heartbeats of ${N} runs over ${values.spread}`);
+    names.forEach((name, i) => stopAt.set(name, stopStart + (i / N) * spreadMs));
+    await Promise.all(loops);
+    await until("every hung pod deleted", async () => names.every((n) => deletedAt.has(`${n}-1`)), timeoutMs + spreadMs + 120_000);
+    watch.abort();
+
+    const latencies = [...deadlines].map(([pod, deadline]) => (deletedAt.get(pod) as number) - deadline).sort((a, b) => a - b);
+    const finalMetrics = await metrics();
+    const rssLine = finalMetrics.split("\n").find((l) => l.startsWith("process_resident_memory_bytes "));
+    let rss = rssLine ? Number(rssLine.split(" ")[1]) : NaN;
+    try {
+      rss = Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${operator.pid}/status`, "utf8"))?.[1]) * 1024;
+    } catch {
+      // not Linux: the metric is the same figure
+    }
+    const heapLine = finalMetrics.split("\n").find((l) => l.startsWith("nodejs_heap_size_used_bytes "));
+    const heapMiB = heapLine ? Math.round((Number(heapLine.split(" ")[1]) / 1024 / 1024) * 10) / 10 : NaN;
+    const early = latencies.filter((l) => l < 0).length;
+    const result = {
+      runs: N,
+      heartbeatTimeout: values.timeout,
+      heartbeats: steadyHeartbeats,
+      operatorWritesDuringHeartbeats: writesDuring,
+      operatorWritesPerHeartbeat: steadyHeartbeats ? writesDuring / steadyHeartbeats : 0,
+      deadlineToDeletionMs: { p50: percentile(latencies, 50), p99: percentile(latencies, 99), max: latencies.at(-1), min: latencies[0] },
+      deletedBeforeDeadline: early,
+      operatorRssMiB: Math.round((rss / 1024 / 1024) * 10) / 10,
+      operatorHeapUsedMiB: heapMiB,
+    };
+    process.stdout.write(
+      [
+        `runs                          ${N}`,
+        `heartbeat timeout             ${values.timeout}`,
+        `deadline -> pod deletion      p50 ${result.deadlineToDeletionMs.p50} ms   p99 ${result.deadlineToDeletionMs.p99} ms   max ${result.deadlineToDeletionMs.max} ms`,
+        `deleted before the deadline   ${early}`,
+        `operator writes / heartbeat   ${result.operatorWritesPerHeartbeat.toFixed(4)}  (${writesDuring} writes during ${steadyHeartbeats} heartbeats)`,
+        `operator RSS                  ${result.operatorRssMiB} MiB (V8 heap in use ${heapMiB} MiB)`,
+        `json ${JSON.stringify(result)}`,
+        "",
+      ].join("\n"),
+    );
+    if (early > 0) process.exitCode = 1;
+  } finally {
+    operator.kill("SIGTERM");
+    await client.delete(`/api/v1/namespaces/${ns}`).catch(() => {});
+  }
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`bench:detect failed: ${err instanceof Error ? err.stack : String(err)}\n`);
+  process.exit(1);
+});

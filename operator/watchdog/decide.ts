@@ -32,10 +32,15 @@ import { mergePatchDiff } from "./merge-patch.ts";
 import { REASONS, type InterventionReason, type RestartReason } from "./reasons.ts";
 import { sandboxPod, sandboxPodName, type SandboxPodManifest } from "./sandbox-pod.ts";
 import { DISARMED, stepStall } from "./stall.ts";
-import { detectLoop, isRateLimited, newestCurrentCall } from "./tool-calls.ts";
+import { detectLoop, isRateLimited, newestCurrentCall, unconfirmedCall } from "./tool-calls.ts";
 
 /** A heartbeat further in the future than this is a broken clock or garbage, not a sign of life. */
 export const MAX_CLOCK_SKEW_MS = 60_000;
+/**
+ * Activity older than its pod (allowing for the pod's creation time being kept in whole seconds
+ * and a little clock drift) belongs to an earlier attempt.
+ */
+const ACTIVITY_SKEW_MS = 2_000;
 
 export interface DecideInput {
   /** The AgentRun as read from the API server (raw JSON or a client-node object). */
@@ -185,18 +190,19 @@ function sandboxFailed(d: Decision, cause: RestartReason, message: string, hb: H
   d.deleteLivePods(pod);
   if (cause === REASONS.heartbeatTimeout && deadline !== undefined) d.metrics.push({ kind: "hungKilled", deadline });
 
-  const newest = newestCurrentCall(d.status.toolCalls, hb, d.attempt);
-  if (newest?.state === "Started" && newest.idempotent === false) {
+  const unconfirmed = unconfirmedCall(d.status.toolCalls, hb, d.attempt);
+  if (unconfirmed) {
     // Rule 10: the call may or may not have had its effect, and running it again is not safe.
     needsHuman(
       d,
       REASONS.unconfirmedSideEffect,
-      `${message}; the non-idempotent call ${newest.name} (${newest.id}) was started and its outcome is unknown`,
+      `${message}; the non-idempotent call ${unconfirmed.name} (${unconfirmed.id}) was started and its outcome is unknown`,
       hb,
       cause,
     );
     return;
   }
+  const newest = newestCurrentCall(d.status.toolCalls, hb, d.attempt);
   if (isRateLimited(newest)) {
     const n = (d.next.rateLimitRequeues ?? 0) + 1;
     const delay = rateLimitDelay(d.settings.rateLimitBackoff, n, newest.error?.retryAfterSeconds);
@@ -347,7 +353,11 @@ function decideActive(d: Decision): void {
   }
 
   if (hb) {
-    const step = stepStall(d.next.stall, hb.activity, d.now, d.settings.stall, phase === "AwaitingReply");
+    // A merge patch keeps members it does not name, so a new attempt's first heartbeat may still
+    // carry the last attempt's activity: only activity since this pod was created counts.
+    const activityAt = toMillis(hb.activity?.time);
+    const activity = activityAt !== undefined && activityAt >= pod.createdAt - ACTIVITY_SKEW_MS ? hb.activity : undefined;
+    const step = stepStall(d.next.stall, activity, d.now, d.settings.stall, phase === "AwaitingReply");
     d.next.stall = step.stall;
     if (step.escalate) {
       needsHuman(d, REASONS.stallUnresolved, `the agent stayed stalled after ${d.settings.stall.maxNudges} nudge${d.settings.stall.maxNudges === 1 ? "" : "s"}`, hb);

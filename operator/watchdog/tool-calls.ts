@@ -52,3 +52,11 @@ export function detectLoop(
   const same = window.every((c) => c.state === "Failed" && c.name === newest.name && c.argsHash === newest.argsHash);
   return same ? newest : undefined;
 }
+
+/**
+ * A non-idempotent call of the current attempt that was started and never finished: its effect
+ * may or may not have happened (rule 10). Any such call counts, not only the newest.
+ */
+export function unconfirmedCall(calls: readonly ToolCall[] | undefined, heartbeat: Heartbeat | undefined, attempt: number): ToolCall | undefined {
+  return calls?.find((c) => c.state === "Started" && c.idempotent === false && callAttempt(c, heartbeat) === attempt);
+}

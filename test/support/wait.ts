@@ -32,7 +32,10 @@ export async function waitFor<T>(
 export async function holds(description: string, probe: () => Promise<boolean> | boolean, forMs: number, intervalMs = 100): Promise<void> {
   const until = Date.now() + forMs;
   while (Date.now() < until) {
-    if (!(await probe())) throw new Error(`expected ${description} to hold for ${forMs} ms, but it did not`);
+    const ok = await probe();
+    // A probe that finished after the period may have seen what happened after it: only a
+    // failure seen within the period counts.
+    if (!ok && Date.now() <= until) throw new Error(`expected ${description} to hold for ${forMs} ms, but it did not`);
     await new Promise((resolve) => setTimeout(resolve, intervalMs));
   }
 }

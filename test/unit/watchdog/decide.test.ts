@@ -309,6 +309,19 @@ describe("rule 7: stall", () => {
     expect(v.status.stall?.state ?? "Disarmed").toBe("Disarmed");
   });
 
+  it("ignores activity a new attempt inherited from the last one", () => {
+    const w = started({ watchdog: { heartbeatTimeout: "10m", backoff: { initial: "10s" }, stall: { timeout: "30s" } } });
+    w.heartbeat("Planning", { kind: "text" });
+    w.podExit(1);
+    w.runUntil(w.now + 10 * S);
+    w.podRunning();
+    // attempt 2's first write names no activity; the merged heartbeat still holds attempt 1's text
+    w.heartbeat("Planning", undefined, 2);
+    expect(w.status.heartbeat.activity.kind).toBe("text");
+    w.runUntil(w.now + 5 * M);
+    expect(w.status.stall?.nudges ?? 0).toBe(0);
+  });
+
   it("sends nothing when disabled or suspended", () => {
     const w = started({ watchdog: { heartbeatTimeout: "10m", stall: { enabled: false } } });
     w.heartbeat("Planning", { kind: "text" });
@@ -570,6 +583,16 @@ describe("rule 10: unconfirmed side effects", () => {
     expect(w.status.phase).toBe("NeedsHumanIntervention");
     expect(w.condition("NeedsHumanIntervention")?.reason).toBe("UnconfirmedSideEffect");
     expect(w.status.lastFailure.tool).toMatchObject({ name: "send_email", state: "Started" });
+  });
+
+  it("looks at every started non-idempotent call of the attempt, not only the newest", () => {
+    const w = started();
+    w.toolCall({ name: "send_email", state: "Started" });
+    w.run.status.toolCalls.at(-1).idempotent = false;
+    w.toolCall({ name: "search", state: "Succeeded" });
+    w.podExit(1);
+    w.settle();
+    expect(w.condition("NeedsHumanIntervention")?.reason).toBe("UnconfirmedSideEffect");
   });
 
   it("requeues when the started call is idempotent, so it can be replayed with its key", () => {

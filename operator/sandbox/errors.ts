@@ -1,0 +1,191 @@
+// Errors of the sandbox SDK, and how any error a tool throws becomes the small failure record the
+// watchdog reads (message, HTTP status, Retry-After). The watchdog acts on these fields: 429 means
+// "rate limited, back off without spending restarts", and a Retry-After sets the wait.
+import type { ToolCall } from "../api/agentrun.ts";
+
+/** Upper bounds of the ToolCallError fields in the CRD. */
+export const MAX_ERROR_MESSAGE = 4096;
+export const MAX_RETRY_AFTER_SECONDS = 86_400;
+
+/** How a sandbox process ends. Only 0 completes the run; every other code is a crash to the watchdog. */
+export const EXIT_CODES = {
+  completed: 0,
+  failed: 1,
+  /** The sandbox env does not name a run. */
+  config: 2,
+  /** A non-idempotent call of an earlier attempt has an unknown outcome (rule 10). */
+  unconfirmedSideEffect: 3,
+  /** A newer attempt took over, or the operator stopped the run. */
+  fenced: 4,
+  /** The approval was rejected or timed out. */
+  approvalDenied: 5,
+} as const;
+
+/** What a tool throws to report a failure the watchdog should understand. */
+export class ToolError extends Error {
+  readonly httpStatus?: number;
+  readonly retryAfterSeconds?: number;
+  constructor(message: string, options: { httpStatus?: number; retryAfterSeconds?: number; cause?: unknown } = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = "ToolError";
+    if (options.httpStatus !== undefined) this.httpStatus = options.httpStatus;
+    if (options.retryAfterSeconds !== undefined) this.retryAfterSeconds = options.retryAfterSeconds;
+  }
+}
+
+/**
+ * A non-idempotent call was started by an earlier attempt and never confirmed: it may or may not
+ * have had its effect, and running it again is not safe. The agent must stop for a person.
+ */
+export class UnconfirmedSideEffectError extends Error {
+  readonly call: ToolCall;
+  constructor(call: ToolCall) {
+    super(
+      `tool ${call.name} (call ${call.id}, idempotency key ${call.idempotencyKey ?? "none"}) was started by attempt ${call.attempt ?? "?"} ` +
+        "and its outcome is unknown; it is not idempotent, so it is not run again. A person must check its effect and resume the run.",
+    );
+    this.name = "UnconfirmedSideEffectError";
+    this.call = call;
+  }
+}
+
+/** This sandbox no longer speaks for the run: a newer attempt took over, or the run stopped. */
+export class FencedError extends Error {
+  constructor(reason: string) {
+    super(`sandbox fenced: ${reason}`);
+    this.name = "FencedError";
+  }
+}
+
+/** The approval the agent waited for was rejected or timed out; the operator fails the run. */
+export class ApprovalDeniedError extends Error {
+  readonly state: "Rejected" | "TimedOut";
+  constructor(state: "Rejected" | "TimedOut", reason?: string) {
+    super(state === "Rejected" ? `approval rejected${reason ? `: ${reason}` : ""}` : "approval timed out");
+    this.name = "ApprovalDeniedError";
+    this.state = state;
+  }
+}
+
+/** The sandbox's environment does not name a run, a namespace and an attempt. */
+export class SandboxConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "SandboxConfigError";
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// turning errors into failure records
+
+export interface ValidationIssue {
+  /** Dotted path of the offending field; empty for the arguments as a whole. */
+  path: string;
+  message: string;
+  /** What was expected, when the validator says. */
+  expected?: string;
+}
+
+/** A tool failure as the agent reads it and as the status records it. */
+export interface ToolFailure {
+  /** validation: the arguments were wrong (fix them and retry); error: the tool failed;
+   *  unconfirmed: an earlier attempt started the call and its outcome is unknown. */
+  kind: "validation" | "error" | "unconfirmed";
+  message: string;
+  httpStatus?: number;
+  retryAfterSeconds?: number;
+  issues?: ValidationIssue[];
+}
+
+interface IssueLike {
+  path: readonly PropertyKey[];
+  message: string;
+  expected?: unknown;
+}
+
+/** A zod error, recognised by shape so that errors from any copy of zod are understood. */
+export function isValidationError(err: unknown): err is { issues: IssueLike[] } {
+  if (typeof err !== "object" || err === null) return false;
+  const e = err as { name?: unknown; issues?: unknown };
+  return e.name === "ZodError" && Array.isArray(e.issues);
+}
+
+const formatPath = (path: readonly PropertyKey[]) =>
+  path.map((p, i) => (typeof p === "number" ? `[${p}]` : `${i > 0 ? "." : ""}${String(p)}`)).join("");
+
+/**
+ * A validation error as a message the agent (or the model behind it) can act on: each wrong field
+ * with what was expected, e.g. `invalid arguments for send_email: to: Invalid input: expected
+ * string, received number`.
+ */
+export function validationFailure(toolName: string, err: { issues: readonly IssueLike[] }): ToolFailure {
+  const issues: ValidationIssue[] = err.issues.map((issue) => {
+    const out: ValidationIssue = { path: formatPath(issue.path), message: issue.message };
+    if (typeof issue.expected === "string") out.expected = issue.expected;
+    return out;
+  });
+  const parts = issues.map((i) => (i.path ? `${i.path}: ${i.message}` : i.message));
+  const message = clip(`invalid arguments for ${toolName}: ${parts.join("; ") || "rejected by the schema"}`, MAX_ERROR_MESSAGE);
+  return { kind: "validation", message, issues };
+}
+
+/** Seconds to wait from a Retry-After value: delta-seconds or an HTTP date. */
+export function parseRetryAfter(value: unknown, now: number): number | undefined {
+  let seconds: number | undefined;
+  if (typeof value === "number") seconds = value;
+  else if (typeof value === "string" && value.trim() !== "") {
+    const text = value.trim();
+    if (/^\d+(\.\d+)?$/.test(text)) seconds = Number(text);
+    else {
+      const at = Date.parse(text);
+      if (!Number.isNaN(at)) seconds = Math.ceil((at - now) / 1000);
+    }
+  }
+  if (seconds === undefined || !Number.isFinite(seconds)) return undefined;
+  return Math.min(MAX_RETRY_AFTER_SECONDS, Math.max(0, seconds));
+}
+
+function headerValue(headers: unknown, name: string): unknown {
+  if (!headers || typeof headers !== "object") return undefined;
+  const h = headers as { get?: unknown } & Record<string, unknown>;
+  if (typeof h.get === "function") return (h.get as (n: string) => unknown).call(headers, name) ?? undefined;
+  for (const [key, value] of Object.entries(h)) if (key.toLowerCase() === name) return Array.isArray(value) ? value[0] : value;
+  return undefined;
+}
+
+const asHttpStatus = (value: unknown) => (typeof value === "number" && Number.isInteger(value) && value >= 100 && value <= 599 ? value : undefined);
+
+function clip(text: string, max: number): string {
+  return text.length <= max ? text : `${text.slice(0, max - 1)}…`;
+}
+
+/**
+ * The failure record of anything a tool threw. HTTP status comes from `httpStatus`, `status`,
+ * `statusCode`, a numeric `code` or `response.status`; Retry-After from `retryAfterSeconds`,
+ * `retryAfter` or a `retry-after` header (on the error or its response).
+ */
+export function describeFailure(err: unknown, now: number, toolName = "the tool"): ToolFailure {
+  if (isValidationError(err)) return validationFailure(toolName, err);
+  const e = (typeof err === "object" && err !== null ? err : {}) as Record<string, unknown>;
+  const response = (typeof e.response === "object" && e.response !== null ? e.response : {}) as Record<string, unknown>;
+  const message = err instanceof Error ? err.message || err.name : typeof err === "string" ? err : JSON.stringify(err) ?? String(err);
+  const failure: ToolFailure = { kind: "error", message: clip(message, MAX_ERROR_MESSAGE) };
+  const httpStatus = asHttpStatus(e.httpStatus) ?? asHttpStatus(e.status) ?? asHttpStatus(e.statusCode) ?? asHttpStatus(e.code) ?? asHttpStatus(response.status);
+  if (httpStatus !== undefined) failure.httpStatus = httpStatus;
+  const retryAfter =
+    parseRetryAfter(e.retryAfterSeconds, now) ??
+    parseRetryAfter(e.retryAfter, now) ??
+    parseRetryAfter(headerValue(e.headers, "retry-after"), now) ??
+    parseRetryAfter(headerValue(response.headers, "retry-after"), now);
+  if (retryAfter !== undefined) failure.retryAfterSeconds = retryAfter;
+  return failure;
+}
+
+/** The exit code for an error that ended the agent's work. */
+export function exitCodeFor(err: unknown): number {
+  if (err instanceof UnconfirmedSideEffectError) return EXIT_CODES.unconfirmedSideEffect;
+  if (err instanceof FencedError) return EXIT_CODES.fenced;
+  if (err instanceof ApprovalDeniedError) return EXIT_CODES.approvalDenied;
+  if (err instanceof SandboxConfigError) return EXIT_CODES.config;
+  return EXIT_CODES.failed;
+}

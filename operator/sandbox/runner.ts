@@ -1,0 +1,54 @@
+// Runs an agent's main function under the protocol and turns its end into the pod's exit code,
+// which is the final word on the run: 0 completes it, anything else is a crash the watchdog
+// handles. The agent's work promise is what keeps heartbeats going; when it settles, they stop.
+import { EXIT_CODES, exitCodeFor } from "./errors.ts";
+import { Sandbox, type SandboxOptions } from "./sandbox.ts";
+
+export interface RunAgentOptions extends SandboxOptions {
+  /** How the process ends; default process.exit. Tests pass a function and read the returned code. */
+  exit?: (code: number) => void;
+}
+
+/**
+ * Starts a sandbox, runs `main` with it, and exits: 0 when `main` resolves, non-zero when it
+ * throws (3 for an unconfirmed side effect, 4 when fenced, 5 when an approval was denied, 1
+ * otherwise). Returns the exit code when `exit` does not end the process.
+ */
+export async function runAgent(main: (sandbox: Sandbox) => Promise<void> | void, options: RunAgentOptions = {}): Promise<number> {
+  const exit = options.exit ?? ((code: number) => process.exit(code));
+  let sandbox: Sandbox;
+  try {
+    sandbox = await Sandbox.start({ ...options, exit });
+  } catch (err) {
+    const code = exitCodeFor(err);
+    process.stderr.write(`sandbox could not start: ${err instanceof Error ? err.message : String(err)}\n`);
+    exit(code);
+    return code;
+  }
+
+  // If the agent awaits something that can never settle and nothing else is pending, Node would
+  // drain its event loop and exit 0, which reads as "Completed". That must never happen.
+  let settled = false;
+  const guard = () => {
+    if (!settled) {
+      process.stderr.write("the agent's work never settled; exiting non-zero\n");
+      process.exitCode = EXIT_CODES.failed;
+    }
+  };
+  process.once("beforeExit", guard);
+  try {
+    await main(sandbox);
+    settled = true;
+    await sandbox.complete();
+    return sandbox.fenced ? EXIT_CODES.fenced : EXIT_CODES.completed;
+  } catch (err) {
+    settled = true;
+    // Agent code that stops on the abort signal throws its own errors; fencing is still the cause.
+    let code = exitCodeFor(err);
+    if (code === EXIT_CODES.failed && sandbox.fenced) code = EXIT_CODES.fenced;
+    await sandbox.fail(err, code);
+    return code;
+  } finally {
+    process.off("beforeExit", guard);
+  }
+}

@@ -26,6 +26,11 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
     watchSilenceMs: options.watchSilenceLimit,
     stuckReconcileMs: options.stuckReconcileLimit,
     defaults: options.defaults,
+    sandbox: {
+      serviceAccount: options.sandboxServiceAccount,
+      clusterRole: options.sandboxClusterRole,
+      tokenExpirationSeconds: Math.round(options.sandboxTokenExpiration / 1000),
+    },
   });
 
   const ledger = options.databaseUrl ? Ledger.open(options.databaseUrl, { log, listRuns: () => controller.listRuns() }) : undefined;

@@ -29,6 +29,14 @@ export const OperatorOptions = z.strictObject({
   defaultsFile: z.string().optional(),
   defaults: InstallDefaults.default({}),
   databaseUrl: z.string().url("must be a postgres:// URL").optional(),
+  sandboxServiceAccount: z.enum(["namespace", "run", "none"]).default("none"),
+  sandboxClusterRole: z.string().min(1).default("agent-watchdog-sandbox"),
+  sandboxTokenExpiration: z
+    .string()
+    .regex(DURATION_PATTERN, "must be a duration such as 1h")
+    .transform(parseDuration)
+    .pipe(z.number().min(600_000, "must be at least 10m (the API server's minimum for bound tokens)"))
+    .prefault("1h"),
   identity: z.string().min(1),
 });
 export type OperatorOptions = z.output<typeof OperatorOptions>;
@@ -49,6 +57,11 @@ export const USAGE = `Usage: agent-watchdog [flags]
   --defaults-file=PATH             install-wide watchdog defaults (YAML or JSON, spec.watchdog shape)
                                    env WATCHDOG_DEFAULTS may hold the same as JSON
   --database-url=URL               PostgreSQL ledger                       env DATABASE_URL
+  --sandbox-service-account=MODE   namespace: one ServiceAccount per namespace bound to
+                                   --sandbox-cluster-role; run: one per run, owned by it;
+                                   none: the template's own (default none)
+  --sandbox-cluster-role=NAME      ClusterRole for namespace sandboxes (default agent-watchdog-sandbox)
+  --sandbox-token-expiration=DUR   lifetime of the sandbox's pod-bound token (default 1h)
 `;
 
 export class OptionsError extends Error {}
@@ -73,6 +86,9 @@ export function parseOptions(argv: string[], env: NodeJS.ProcessEnv): OperatorOp
         "stuck-reconcile-limit": { type: "string" },
         "defaults-file": { type: "string" },
         "database-url": { type: "string" },
+        "sandbox-service-account": { type: "string" },
+        "sandbox-cluster-role": { type: "string" },
+        "sandbox-token-expiration": { type: "string" },
         help: { type: "boolean", short: "h" },
       },
     }));
@@ -105,6 +121,9 @@ export function parseOptions(argv: string[], env: NodeJS.ProcessEnv): OperatorOp
     defaultsFile,
     defaults,
     databaseUrl: values["database-url"] ?? env.DATABASE_URL,
+    sandboxServiceAccount: values["sandbox-service-account"],
+    sandboxClusterRole: values["sandbox-cluster-role"],
+    sandboxTokenExpiration: values["sandbox-token-expiration"],
     identity: env.POD_NAME ?? `${env.HOSTNAME ?? "agent-watchdog"}-${process.pid}`,
   };
   const parsed = OperatorOptions.safeParse(Object.fromEntries(Object.entries(raw).filter(([, v]) => v !== undefined && v !== "")));

@@ -11,6 +11,7 @@ import { paths, type Json, type KubeClient } from "../kube/client.ts";
 import { CONTROLLER, type Metrics } from "../metrics/metrics.ts";
 import { decide } from "../watchdog/decide.ts";
 import { toMillis } from "../watchdog/observe.ts";
+import type { SandboxIdentity } from "../watchdog/sandbox-identity.ts";
 import { isQuiet, type Plan } from "../watchdog/plan.ts";
 import type { EventRecorder } from "./events.ts";
 import { Executor, type Executed } from "./executor.ts";
@@ -28,6 +29,7 @@ export interface ControllerOptions {
   /** A reconcile running longer than this means the work loop is stuck. */
   stuckReconcileMs: number;
   defaults: InstallDefaults;
+  sandbox: SandboxIdentity;
 }
 
 /** What the controller tells others about each run it has handled (the ledger listens). */
@@ -60,7 +62,7 @@ export class Controller {
     this.options = options;
     this.queue = new WorkQueue(metrics.queueMetrics());
     this.wakeups = new Wakeups((key) => this.queue.add(key));
-    this.executor = new Executor(client, recorder, () => this.options.defaults);
+    this.executor = new Executor(client, recorder, () => this.options.defaults, options.sandbox);
     metrics.maxConcurrentReconciles.set({ controller: CONTROLLER }, options.concurrency);
     metrics.activeWorkers.set({ controller: CONTROLLER }, 0);
 
@@ -230,7 +232,7 @@ export class Controller {
       return "success";
     }
     const pods = [...(this.podsByRun.get(key)?.values() ?? [])];
-    let plan: Plan = decide({ run, pods, now: Date.now(), defaults: this.options.defaults });
+    let plan: Plan = decide({ run, pods, now: Date.now(), defaults: this.options.defaults, sandbox: this.options.sandbox });
     let executed: Executed | undefined;
     if (!isQuiet(plan)) {
       const [namespace, name] = key.split("/") as [string, string];

@@ -10,6 +10,7 @@ import type { InstallDefaults } from "../api/defaults.ts";
 import { ApiError, isAlreadyExists, isConflict, isNotFound, paths, type Json, type KubeClient } from "../kube/client.ts";
 import { decide } from "../watchdog/decide.ts";
 import { isLive, podView } from "../watchdog/observe.ts";
+import { DEFAULT_SANDBOX_IDENTITY, type SandboxIdentity } from "../watchdog/sandbox-identity.ts";
 import { isQuiet, type Plan } from "../watchdog/plan.ts";
 import type { EventRecorder } from "./events.ts";
 
@@ -29,12 +30,20 @@ export class Executor {
   private readonly client: KubeClient;
   private readonly recorder: EventRecorder;
   private readonly defaults: () => InstallDefaults | undefined;
+  private readonly sandbox: SandboxIdentity;
   private readonly clock: () => number;
 
-  constructor(client: KubeClient, recorder: EventRecorder, defaults: () => InstallDefaults | undefined, clock: () => number = Date.now) {
+  constructor(
+    client: KubeClient,
+    recorder: EventRecorder,
+    defaults: () => InstallDefaults | undefined,
+    sandbox: SandboxIdentity = DEFAULT_SANDBOX_IDENTITY,
+    clock: () => number = Date.now,
+  ) {
     this.client = client;
     this.recorder = recorder;
     this.defaults = defaults;
+    this.sandbox = sandbox;
     this.clock = clock;
   }
 
@@ -49,7 +58,7 @@ export class Executor {
         throw err;
       }
       const pods = await this.client.get<{ items: Json[] }>(paths.pods(namespace), { labelSelector: `${LABELS.run}=${name}` });
-      const plan = decide({ run, pods: pods.items, now: this.clock(), defaults: this.defaults() });
+      const plan = decide({ run, pods: pods.items, now: this.clock(), defaults: this.defaults(), sandbox: this.sandbox });
       if (isQuiet(plan)) return { plan, run };
       try {
         return await this.apply(run, pods.items, plan, log);
@@ -71,6 +80,7 @@ export class Executor {
     if (plan.createPod) {
       const live = pods.map(podView).filter(isLive);
       if (live.length > 0) throw new ApiError("POST", "pods", 409, { reason: "Conflict", message: `live pods ${live.map((p) => p.name).join(",")} exist` });
+      for (const object of plan.prerequisites ?? []) await this.ensure(object);
       try {
         await this.client.create(paths.pods(meta.namespace), plan.createPod);
       } catch (err) {
@@ -114,5 +124,19 @@ export class Executor {
     }
     for (const event of plan.events) await this.recorder.record(current, event);
     return result;
+  }
+
+  /** Creates an object the sandbox pod needs unless it already exists. */
+  private async ensure(object: Json): Promise<void> {
+    const meta = object.metadata as { namespace: string; name: string };
+    const collection =
+      object.kind === "ServiceAccount"
+        ? `/api/v1/namespaces/${meta.namespace}/serviceaccounts`
+        : `/apis/rbac.authorization.k8s.io/v1/namespaces/${meta.namespace}/${object.kind === "Role" ? "roles" : "rolebindings"}`;
+    try {
+      await this.client.create(collection, object);
+    } catch (err) {
+      if (!isAlreadyExists(err)) throw err;
+    }
   }
 }

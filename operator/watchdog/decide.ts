@@ -30,6 +30,7 @@ import {
 } from "./plan.ts";
 import { mergePatchDiff } from "./merge-patch.ts";
 import { REASONS, type InterventionReason, type RestartReason } from "./reasons.ts";
+import { DEFAULT_SANDBOX_IDENTITY, identityObjects, type SandboxIdentity } from "./sandbox-identity.ts";
 import { sandboxPod, sandboxPodName, type SandboxPodManifest } from "./sandbox-pod.ts";
 import { DISARMED, stepStall } from "./stall.ts";
 import { detectLoop, isRateLimited, newestCurrentCall, unconfirmedCall } from "./tool-calls.ts";
@@ -51,6 +52,8 @@ export interface DecideInput {
   now: number;
   /** The install's watchdog defaults (operator configuration). */
   defaults?: InstallDefaults;
+  /** How sandboxes identify themselves to the API server. */
+  sandbox?: SandboxIdentity;
 }
 
 type OperatorStatus = Pick<AgentRunStatus, (typeof OPERATOR_STATUS_FIELDS)[number]>;
@@ -66,6 +69,7 @@ class Decision {
   readonly metrics: MetricSignal[] = [];
   readonly deletions: PodDeletion[] = [];
   createPod?: SandboxPodManifest;
+  prerequisites?: Record<string, unknown>[];
   wakeAt?: number;
   summary = "no change";
   /** User annotations the plan consumes (approve, reject). */
@@ -75,8 +79,10 @@ class Decision {
   readonly pods: readonly PodView[];
   readonly now: number;
   readonly settings: WatchdogSettings;
+  readonly identity: SandboxIdentity;
 
-  constructor(run: AgentRun, pods: readonly PodView[], now: number, settings: WatchdogSettings, problems: string[]) {
+  constructor(run: AgentRun, pods: readonly PodView[], now: number, settings: WatchdogSettings, problems: string[], identity: SandboxIdentity) {
+    this.identity = identity;
     this.run = run;
     this.pods = pods;
     this.now = now;
@@ -273,7 +279,9 @@ function decideQueued(d: Decision): void {
     d.summary = `backing off until ${new Date(retryAfter).toISOString()}`;
     return;
   }
-  d.createPod = sandboxPod(d.run, d.attempt);
+  d.createPod = sandboxPod(d.run, d.attempt, d.identity);
+  const prerequisites = identityObjects(d.run, d.identity);
+  if (prerequisites.length) d.prerequisites = prerequisites;
   d.setPhase("Starting");
   d.next.podName = d.createPod.metadata.name;
   d.next.startTime ??= d.nowIso;
@@ -590,6 +598,7 @@ function toPlan(d: Decision): Plan {
   const annotations = diffAnnotations(d);
   if (annotations) plan.annotations = annotations;
   if (d.createPod) plan.createPod = d.createPod;
+  if (d.createPod && d.prerequisites) plan.prerequisites = d.prerequisites;
   if (d.wakeAt !== undefined) plan.wakeAt = d.wakeAt;
   return plan;
 }
@@ -606,7 +615,7 @@ export function decide(input: DecideInput): Plan {
   const effective = resolveWatchdog(run.spec.watchdog, input.defaults);
   const settings = toSettings(effective);
   const pods = input.pods.map(podView);
-  const d = new Decision(run, pods, input.now, settings, read.problems);
+  const d = new Decision(run, pods, input.now, settings, read.problems, input.sandbox ?? DEFAULT_SANDBOX_IDENTITY);
 
   if (run.metadata.deletionTimestamp) {
     return { deletePods: [], events: [], metrics: [], phase: d.phase, summary: "run is being deleted" };

@@ -68,6 +68,8 @@ export interface Plan {
    * controller confirms that against the API server before creating it.
    */
   createPod?: SandboxPodManifest;
+  /** Objects the new pod needs (its ServiceAccount and RBAC), created first if missing. */
+  prerequisites?: Record<string, unknown>[];
   events: PlannedEvent[];
   metrics: MetricSignal[];
   /** When to reconcile this run again if nothing else happens (ms since epoch). */

@@ -2,6 +2,7 @@
 // exact manifest into a plan and tests can check it without a cluster.
 import { API_VERSION, KIND, type AgentRun } from "../api/agentrun.ts";
 import { LABELS, SANDBOX_ENV } from "../api/annotations.ts";
+import { DEFAULT_SANDBOX_IDENTITY, withSandboxIdentity, type SandboxIdentity } from "./sandbox-identity.ts";
 
 type Json = Record<string, unknown>;
 
@@ -34,7 +35,7 @@ function withContractEnv(container: Json, run: AgentRun, attempt: number): Json 
   return { ...container, env: [...contract, ...own] };
 }
 
-export function sandboxPod(run: AgentRun, attempt: number): SandboxPodManifest {
+export function sandboxPod(run: AgentRun, attempt: number, identity: SandboxIdentity = DEFAULT_SANDBOX_IDENTITY): SandboxPodManifest {
   const name = run.metadata.name as string;
   const template = run.spec.template;
   const templateMeta = (template.metadata ?? {}) as { labels?: Record<string, string>; annotations?: Record<string, string> };
@@ -55,6 +56,6 @@ export function sandboxPod(run: AgentRun, attempt: number): SandboxPodManifest {
     metadata,
     // The watchdog owns restarts: a kubelet restart would hide a crash from it, and an exit of 0
     // must end the run rather than start the agent over.
-    spec: { ...spec, containers, restartPolicy: "Never" },
+    spec: withSandboxIdentity({ ...spec, containers, restartPolicy: "Never" }, run, identity),
   };
 }

@@ -74,3 +74,17 @@ it("serves probes and the contract's metrics, and logs JSON", async () => {
   for (const line of lines) expect(() => JSON.parse(line)).not.toThrow();
   expect(lines.some((l) => JSON.parse(l).reconcileID && JSON.parse(l).namespace === ns)).toBe(true);
 });
+
+it("runs sandboxes under a per-namespace ServiceAccount with a pod-bound token", async () => {
+  operator = await startOperator(ns, ["--sandbox-service-account=namespace"]);
+  await createRun(client, ns, runManifest("identity", { heartbeatTimeout: "5m" }));
+  const pod = await waitFor("pod", async () => (await listPods(client, ns, "identity"))[0]);
+  expect(pod.spec.serviceAccountName).toBe("agent-watchdog-sandbox");
+  expect(pod.spec.automountServiceAccountToken).toBe(false);
+  expect(pod.spec.volumes.some((v: any) => v.projected?.sources?.some((s: any) => s.serviceAccountToken))).toBe(true);
+  expect(pod.spec.securityContext).toMatchObject({ runAsNonRoot: true, seccompProfile: { type: "RuntimeDefault" } });
+  const sa = await client.get<any>(`/api/v1/namespaces/${ns}/serviceaccounts/agent-watchdog-sandbox`);
+  expect(sa.automountServiceAccountToken).toBe(false);
+  const binding = await client.get<any>(`/apis/rbac.authorization.k8s.io/v1/namespaces/${ns}/rolebindings/agent-watchdog-sandbox`);
+  expect(binding.roleRef).toMatchObject({ kind: "ClusterRole", name: "agent-watchdog-sandbox" });
+});

@@ -1,0 +1,131 @@
+// Who a sandbox is to the API server. Sandboxes run untrusted, model-driven code, so by default
+// each gets a ServiceAccount that may only read AgentRuns and write their status (an admission
+// policy then narrows that to its own run, own fields and own attempt), no automounted token, and
+// a short-lived token bound to its pod, which is what lets admission tell its pod from a stale one.
+import { API_VERSION, GROUP, KIND, PLURAL, type AgentRun } from "../api/agentrun.ts";
+
+type Json = Record<string, unknown>;
+
+export type ServiceAccountMode = "namespace" | "run" | "none";
+
+export interface SandboxIdentity {
+  /**
+   * namespace: one ServiceAccount per namespace, bound to a ClusterRole installed with the operator;
+   * run: one ServiceAccount and Role per run, owned by the run, naming only that run;
+   * none: the template's service account as it is.
+   */
+  serviceAccount: ServiceAccountMode;
+  /** The ClusterRole the namespace ServiceAccount is bound to. */
+  clusterRole: string;
+  /** Lifetime of the projected token (the kubelet refreshes it at 80%). */
+  tokenExpirationSeconds: number;
+}
+
+export const DEFAULT_SANDBOX_IDENTITY: SandboxIdentity = {
+  serviceAccount: "none",
+  clusterRole: "agent-watchdog-sandbox",
+  tokenExpirationSeconds: 3600,
+};
+
+export const NAMESPACE_SERVICE_ACCOUNT = "agent-watchdog-sandbox";
+/** Where in-cluster clients look for credentials, so the SDK needs no configuration. */
+export const TOKEN_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount";
+const TOKEN_VOLUME = "watchdog-sandbox-token";
+
+export function serviceAccountName(run: AgentRun, identity: SandboxIdentity): string | undefined {
+  if ((run.spec.template.spec as Json).serviceAccountName) return undefined; // the template chose one
+  if (identity.serviceAccount === "namespace") return NAMESPACE_SERVICE_ACCOUNT;
+  if (identity.serviceAccount === "run") return `${run.metadata.name}-sandbox`;
+  return undefined;
+}
+
+/** Objects that must exist before the sandbox pod is created (created if missing). */
+export function identityObjects(run: AgentRun, identity: SandboxIdentity): Json[] {
+  const namespace = run.metadata.namespace as string;
+  const name = serviceAccountName(run, identity);
+  if (!name) return [];
+  const labels = { "app.kubernetes.io/managed-by": "agent-watchdog", "app.kubernetes.io/component": "sandbox-identity" };
+  if (identity.serviceAccount === "namespace") {
+    return [
+      { apiVersion: "v1", kind: "ServiceAccount", metadata: { name, namespace, labels }, automountServiceAccountToken: false },
+      {
+        apiVersion: "rbac.authorization.k8s.io/v1",
+        kind: "RoleBinding",
+        metadata: { name, namespace, labels },
+        roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: identity.clusterRole },
+        subjects: [{ kind: "ServiceAccount", name, namespace }],
+      },
+    ];
+  }
+  const owner = { apiVersion: API_VERSION, kind: KIND, name: run.metadata.name, uid: run.metadata.uid, controller: true, blockOwnerDeletion: true };
+  const meta = { name, namespace, labels, ownerReferences: [owner] };
+  return [
+    { apiVersion: "v1", kind: "ServiceAccount", metadata: meta, automountServiceAccountToken: false },
+    {
+      apiVersion: "rbac.authorization.k8s.io/v1",
+      kind: "Role",
+      metadata: meta,
+      rules: [
+        { apiGroups: [GROUP], resources: [PLURAL], verbs: ["get", "list", "watch"] },
+        { apiGroups: [GROUP], resources: [`${PLURAL}/status`], verbs: ["get", "patch", "update"], resourceNames: [run.metadata.name] },
+      ],
+    },
+    {
+      apiVersion: "rbac.authorization.k8s.io/v1",
+      kind: "RoleBinding",
+      metadata: meta,
+      roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name },
+      subjects: [{ kind: "ServiceAccount", name, namespace }],
+    },
+  ];
+}
+
+/**
+ * Restricted pod security where the template says nothing: non-root, RuntimeDefault seccomp,
+ * no privilege escalation, no capabilities. A template that sets a field keeps its value.
+ */
+function restricted(spec: Json): Json {
+  const podSecurity = { runAsNonRoot: true, seccompProfile: { type: "RuntimeDefault" }, ...((spec.securityContext as Json | undefined) ?? {}) };
+  const containerSecurity = (c: Json): Json => ({
+    ...c,
+    securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: ["ALL"] }, ...((c.securityContext as Json | undefined) ?? {}) },
+  });
+  return {
+    ...spec,
+    securityContext: podSecurity,
+    containers: (spec.containers as Json[]).map(containerSecurity),
+    ...(Array.isArray(spec.initContainers) ? { initContainers: (spec.initContainers as Json[]).map(containerSecurity) } : {}),
+  };
+}
+
+/** The pod spec with the sandbox's identity and security defaults applied. */
+export function withSandboxIdentity(spec: Json, run: AgentRun, identity: SandboxIdentity): Json {
+  const secured = restricted(spec);
+  const name = serviceAccountName(run, identity);
+  if (!name) return secured;
+  const mount = { name: TOKEN_VOLUME, mountPath: TOKEN_MOUNT_PATH, readOnly: true };
+  const withMount = (c: Json): Json => {
+    const mounts = (c.volumeMounts as Json[] | undefined) ?? [];
+    return mounts.some((m) => m.mountPath === TOKEN_MOUNT_PATH) ? c : { ...c, volumeMounts: [...mounts, mount] };
+  };
+  return {
+    ...secured,
+    serviceAccountName: name,
+    // No long-lived or automounted credentials: only the projected token below, bound to this pod.
+    automountServiceAccountToken: false,
+    containers: (secured.containers as Json[]).map(withMount),
+    volumes: [
+      ...((spec.volumes as Json[] | undefined) ?? []),
+      {
+        name: TOKEN_VOLUME,
+        projected: {
+          sources: [
+            { serviceAccountToken: { path: "token", expirationSeconds: identity.tokenExpirationSeconds } },
+            { configMap: { name: "kube-root-ca.crt", items: [{ key: "ca.crt", path: "ca.crt" }] } },
+            { downwardAPI: { items: [{ path: "namespace", fieldRef: { apiVersion: "v1", fieldPath: "metadata.namespace" } }] } },
+          ],
+        },
+      },
+    ],
+  };
+}

@@ -549,7 +549,13 @@ function conditionsFor(d: Decision): Condition[] {
 
 /** Appends the phase change of this decision, if any, to the bounded transition history. */
 function recordTransition(d: Decision): void {
-  const from = d.status.phase;
+  let from = d.status.phase;
+  if (from === undefined) {
+    // A new run is Queued first, even when the same decision goes on to start its sandbox.
+    const queued: Transition = { phase: "Queued", reason: REASONS.created, attempt: d.attempt, time: new Date(d.now).toISOString() };
+    d.next.transitions = [...(d.next.transitions ?? []), queued];
+    from = "Queued";
+  }
   if (from === d.phase) return;
   const transition: Transition = { phase: d.phase, attempt: d.attempt, time: new Date(d.now).toISOString() };
   if (from) transition.from = from;

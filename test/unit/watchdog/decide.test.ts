@@ -38,6 +38,18 @@ describe("rule 1: start", () => {
     expect(plan.wakeAt).toBeDefined();
   });
 
+  it("records every phase transition in order, starting with Queued", () => {
+    const w = started();
+    w.podExit(0);
+    w.settle();
+    expect(w.status.transitions.map((t: any) => [t.from, t.phase])).toEqual([
+      [undefined, "Queued"],
+      ["Queued", "Starting"],
+      ["Starting", "Planning"],
+      ["Planning", "Completed"],
+    ]);
+  });
+
   it("moves the phase with the sandbox's reported state", () => {
     const w = started();
     expect(w.status.phase).toBe("Planning");

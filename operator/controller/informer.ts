@@ -161,8 +161,9 @@ export class Informer {
           resourceVersion: this.resourceVersion,
           allowWatchBookmarks: true,
           labelSelector: this.options.labelSelector,
-          // The server ends each watch after this long, so even a quiet watch reconnects.
-          timeoutSeconds: Math.max(30, Math.floor(this.options.silenceMs / 2000)),
+          // The server ends each watch after half the silence limit, so a healthy but quiet watch
+          // reconnects (a sign of life) well before it could be taken for a silent one.
+          timeoutSeconds: Math.max(1, Math.floor(this.options.silenceMs / 2000)),
         },
         (type, object) => this.onEvent(generation, type, object),
         (err) => this.onDone(generation, err),

@@ -1,0 +1,77 @@
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { ItemBackoff, TokenBucket, WorkQueue } from "../../../operator/controller/queue.ts";
+import { Wakeups } from "../../../operator/controller/wakeups.ts";
+
+afterEach(() => vi.useRealTimers());
+
+describe("WorkQueue", () => {
+  it("queues a key once however often it is added", async () => {
+    const q = new WorkQueue();
+    q.add("a");
+    q.add("a");
+    q.add("b");
+    expect(q.length).toBe(2);
+    expect(await q.get()).toBe("a");
+    expect(await q.get()).toBe("b");
+  });
+
+  it("never hands a key being processed to a second worker, and requeues it after done", async () => {
+    const q = new WorkQueue();
+    q.add("a");
+    const first = await q.get();
+    q.add("a"); // an update arrives while "a" is processed
+    expect(q.length).toBe(0);
+    let second: string | undefined;
+    void q.get().then((k) => (second = k));
+    await Promise.resolve();
+    expect(second).toBeUndefined();
+    q.done(first!);
+    await Promise.resolve();
+    expect(second).toBe("a");
+  });
+
+  it("backs a failing key off exponentially and forgets it on success", () => {
+    const b = new ItemBackoff(5, 1000);
+    expect([b.when("k"), b.when("k"), b.when("k"), b.when("k")]).toEqual([5, 10, 20, 40]);
+    for (let i = 0; i < 20; i++) b.when("k");
+    expect(b.when("k")).toBe(1000);
+    b.forget("k");
+    expect(b.when("k")).toBe(5);
+  });
+
+  it("limits the overall retry rate with a token bucket", () => {
+    let now = 0;
+    const bucket = new TokenBucket(10, 2, () => now);
+    expect([bucket.reserve(), bucket.reserve()]).toEqual([0, 0]);
+    expect(bucket.reserve()).toBeCloseTo(100);
+    now += 1000;
+    expect(bucket.reserve()).toBe(0);
+  });
+
+  it("reports how long the oldest item has been processed (the stuck-loop health check)", async () => {
+    const q = new WorkQueue();
+    q.add("a");
+    await q.get();
+    expect(q.longestRunningMs(performance.now() + 5000)).toBeGreaterThanOrEqual(5000);
+    q.done("a");
+    expect(q.longestRunningMs()).toBe(0);
+  });
+});
+
+describe("Wakeups", () => {
+  it("replaces a run's wake-up instead of adding one, so a moved deadline fires once", () => {
+    vi.useFakeTimers({ now: 0 });
+    const fired: string[] = [];
+    const w = new Wakeups((k) => fired.push(k), () => Date.now());
+    w.set("r", 1000);
+    w.set("r", 3000); // a heartbeat moved the deadline
+    vi.advanceTimersByTime(1500);
+    expect(fired).toEqual([]);
+    vi.advanceTimersByTime(1600);
+    expect(fired).toEqual(["r"]);
+    w.set("s", 5000);
+    w.set("s", undefined);
+    vi.advanceTimersByTime(10_000);
+    expect(fired).toEqual(["r"]);
+  });
+});

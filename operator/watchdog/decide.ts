@@ -113,7 +113,11 @@ class Decision {
     this.events.push({ type, reason, action, note });
   }
 
+  /** Phases this decision passed through, in order (one decision may go NHI -> Queued -> Starting). */
+  readonly steps: { phase: Phase; reason?: string; message?: string }[] = [];
+
   setPhase(phase: Phase, reason?: string, message?: string): void {
+    if (phase !== this.next.phase) this.steps.push({ phase, reason, message });
     this.next.phase = phase;
     this.next.reason = reason;
     this.next.message = message;
@@ -264,6 +268,7 @@ function decideQueued(d: Decision): void {
     d.next.podName = own.name;
     d.next.startTime ??= d.nowIso;
     d.deleteLivePods(own);
+    d.event("Normal", REASONS.sandboxCreated, "AdoptPod", `sandbox pod ${own.name} for attempt ${d.attempt} was created before a status write that was lost; adopted it`);
     d.summary = `adopted sandbox pod ${own.name}`;
     return;
   }
@@ -547,21 +552,30 @@ function conditionsFor(d: Decision): Condition[] {
   return conditions;
 }
 
-/** Appends the phase change of this decision, if any, to the bounded transition history. */
+/**
+ * Appends the phases this decision passed through to the bounded transition history. Each gets its
+ * own millisecond, the last one `now`, because a transition's time is unique per run (the ledger
+ * keys on it).
+ */
 function recordTransition(d: Decision): void {
-  let from = d.status.phase;
-  if (from === undefined) {
-    // A new run is Queued first, even when the same decision goes on to start its sandbox.
-    const queued: Transition = { phase: "Queued", reason: REASONS.created, attempt: d.attempt, time: new Date(d.now).toISOString() };
-    d.next.transitions = [...(d.next.transitions ?? []), queued];
-    from = "Queued";
+  const steps = d.steps.filter((step, i) => i > 0 || step.phase !== d.status.phase);
+  if (steps.length === 0) return;
+  const last = steps.at(-1) as (typeof steps)[number];
+  if (last.phase === d.phase) {
+    // the final phase's reason is what it ended with, after any clearing within the decision
+    last.reason = d.next.reason;
+    last.message = d.next.message;
   }
-  if (from === d.phase) return;
-  const transition: Transition = { phase: d.phase, attempt: d.attempt, time: new Date(d.now).toISOString() };
-  if (from) transition.from = from;
-  if (d.next.reason) transition.reason = d.next.reason;
-  if (d.next.message) transition.message = d.next.message.slice(0, 1024);
-  d.next.transitions = [...(d.next.transitions ?? []), transition].slice(-MAX_TRANSITIONS);
+  let from = d.status.phase;
+  const recorded = steps.map((step, i) => {
+    const transition: Transition = { phase: step.phase, attempt: d.attempt, time: new Date(d.now - (steps.length - 1 - i)).toISOString() };
+    if (from) transition.from = from;
+    if (step.reason) transition.reason = step.reason;
+    if (step.message) transition.message = step.message.slice(0, 1024);
+    from = step.phase;
+    return transition;
+  });
+  d.next.transitions = [...(d.next.transitions ?? []), ...recorded].slice(-MAX_TRANSITIONS);
 }
 
 function desiredAnnotations(d: Decision): Record<string, string | undefined> {

@@ -401,6 +401,24 @@ describe("rule 8: resume", () => {
     expect(w.status.phase).toBe("NeedsHumanIntervention");
   });
 
+  it("records each phase a resume passes through", () => {
+    const w = started();
+    w.advance(1000);
+    for (let i = 0; i < 3; i++) w.toolCall({ name: "fetch", argsHash: "a1", state: "Failed" });
+    w.settle();
+    w.advance(1000);
+    w.annotate("watchdog.dev/resume", "1");
+    w.settle();
+    const tail = w.status.transitions.slice(-3).map((t: any) => [t.from, t.phase, t.reason]);
+    expect(tail).toEqual([
+      ["Planning", "NeedsHumanIntervention", "ToolLoop"],
+      ["NeedsHumanIntervention", "Queued", "Resumed"],
+      ["Queued", "Starting", undefined],
+    ]);
+    const times = w.status.transitions.slice(-3).map((t: any) => Date.parse(t.time));
+    expect(new Set(times).size).toBe(3); // one decision, three distinct times
+  });
+
   it("records a resume value given outside NeedsHumanIntervention so it cannot fire later", () => {
     const w = started();
     w.annotate("watchdog.dev/resume", "early");

@@ -33,7 +33,7 @@ export default defineConfig({
         test: {
           name: "integration",
           include: ["test/integration/**/*.test.ts"],
-          globalSetup: ["test/support/global-setup.ts"],
+          globalSetup: ["test/support/global-setup.ts", "test/support/postgres-setup.ts"],
           testTimeout: 120_000,
           hookTimeout: 180_000,
           // Each file starts its own operator processes; two at a time keeps a 2-core machine honest.

@@ -33,3 +33,9 @@ export const SANDBOX_ENV = {
 
 /** Field manager name for every write the operator makes. */
 export const FIELD_MANAGER = "agent-watchdog";
+
+/**
+ * Words in the admission policy's refusal of a write from a pod the run does not name (yet). The
+ * sandbox SDK recognises them to tell "the operator has not recorded my pod yet" from other refusals.
+ */
+export const NOT_CURRENT_SANDBOX = "is not the current sandbox";

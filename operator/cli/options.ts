@@ -41,7 +41,7 @@ export const OperatorOptions = z.strictObject({
 });
 export type OperatorOptions = z.output<typeof OperatorOptions>;
 
-export const USAGE = `Usage: agent-watchdog [flags]
+export const USAGE = `Usage: agent-watchdog operator [flags]   (from a clone: npm start -- [flags])
 
   --namespaces=a,b                 namespaces to watch (default: all)      env WATCH_NAMESPACES
   --concurrency=N                  concurrent reconciles (default 4)

@@ -93,7 +93,17 @@ export class KubeClient {
       }
       code = response.status;
       const text = await response.text();
-      const body = text ? (JSON.parse(text) as unknown) : undefined;
+      // Paths the server does not serve at all (an API group that is not installed) answer with
+      // plain text, not a Status object; keep it as text so callers still get an ApiError.
+      let body: unknown = text || undefined;
+      if (text) {
+        try {
+          body = JSON.parse(text);
+        } catch {
+          if (code >= 200 && code <= 299) throw new Error(`${method} ${path}: response is not JSON`);
+          body = { message: text.trim().slice(0, 200) };
+        }
+      }
       if (code < 200 || code > 299) throw new ApiError(method, path, code, body);
       return body as T;
     } finally {

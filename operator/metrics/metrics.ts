@@ -175,6 +175,9 @@ export class Metrics {
     this.reconcileErrors.inc({ controller: CONTROLLER }, 0);
     this.hungKilled.inc(0);
     this.nudges.inc(0);
+    // Every reason starts at 0, so increase() sees the first event after a restart.
+    for (const reason of ["ToolLoop", "RecoveryBudgetExhausted", "StallUnresolved", "UnconfirmedSideEffect"]) this.needsHuman.inc({ reason }, 0);
+    for (const reason of ["HeartbeatTimeout", "PodFailed", "RateLimited"]) this.requeues.inc({ reason }, 0);
     this.staleHeartbeats.set(0);
   }
 

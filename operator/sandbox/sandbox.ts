@@ -36,6 +36,7 @@ import type {
   SandboxState,
   ToolCall,
 } from "../api/agentrun.ts";
+import { NOT_CURRENT_SANDBOX } from "../api/annotations.ts";
 import { ApiError, KubeClient, isNotFound, paths, type Json } from "../kube/client.ts";
 import { createLogger } from "../log.ts";
 import { readRun } from "../watchdog/observe.ts";
@@ -169,6 +170,8 @@ interface ApprovalWait {
 const FIRST_RETRY_MS = 200;
 const MAX_RETRY_MS = 5_000;
 const FLUSH_DEADLINE_MS = 10_000;
+/** How long after start a refusal for not being the run's current pod is taken as "not yet". */
+const FENCING_GRACE_MS = 30_000;
 /** The transcript is for the agent's recent context, not an archive: the newest entries are kept. */
 const MAX_TRANSCRIPT = 1000;
 const noop = () => {};
@@ -963,7 +966,7 @@ export class Sandbox {
           this.fence("the run was deleted");
           return;
         }
-        if (!isTransient(err)) {
+        if (!this.retryable(err)) {
           // The server refused this content; sending it again would fail the same way. Whoever
           // waited for it learns why; changes made since go out with the next write.
           this.log.error({ err: String(err) }, "status write rejected");
@@ -984,6 +987,18 @@ export class Sandbox {
         return;
       }
     }
+  }
+
+  /**
+   * Whether a failed write should be tried again. Besides transient errors: admission refuses a
+   * sandbox whose pod the run does not name yet, and the operator writes that name just after it
+   * creates the pod (or a new leader does, after a failover), so right after start that refusal is
+   * a matter of moments, not a verdict.
+   */
+  private retryable(err: unknown): boolean {
+    if (isTransient(err)) return true;
+    const notYetNamed = err instanceof ApiError && err.code === 403 && err.message.includes(NOT_CURRENT_SANDBOX);
+    return notYetNamed && this.clock() - this.startedAt < FENCING_GRACE_MS;
   }
 
   private settle(upTo: number): void {

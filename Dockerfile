@@ -1,0 +1,60 @@
+# syntax=docker/dockerfile:1
+#
+# One image for the operator and for sandbox pods running the example agent:
+#
+#   docker build -t agent-watchdog:dev .
+#   docker run --rm agent-watchdog:dev --help
+#   docker run --rm --read-only --tmpfs /tmp agent-watchdog:dev operator --help
+#
+# Node 24 runs the TypeScript sources directly (type stripping), so there is no compile step:
+# the image holds the sources, the generated CRDs and the production dependencies only.
+
+# ---- production dependencies ----------------------------------------------------------------
+FROM node:24-bookworm-slim AS deps
+WORKDIR /app
+COPY package.json package-lock.json ./
+# --ignore-scripts: no production dependency needs an install script, and none should run.
+# Type declarations and source maps are of no use at run time and are a large part of the tree.
+RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund \
+    && find node_modules -type f \( -name '*.d.ts' -o -name '*.d.mts' -o -name '*.d.cts' -o -name '*.map' \) -delete \
+    && rm -rf node_modules/@types
+
+# ---- runtime --------------------------------------------------------------------------------
+FROM node:24-bookworm-slim
+
+# npm, corepack and yarn are only needed to install; without them the image is smaller and has
+# less to patch.
+RUN rm -rf /usr/local/lib/node_modules/npm /usr/local/lib/node_modules/corepack \
+        /usr/local/bin/npm /usr/local/bin/npx /usr/local/bin/corepack \
+        /usr/local/bin/yarn /usr/local/bin/yarnpkg /opt/yarn-*
+
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="agent-watchdog" \
+      org.opencontainers.image.description="Kubernetes operator that keeps long-running AI agent runs alive and honest; also runs the example sandbox agent" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.base.name="docker.io/library/node:24-bookworm-slim"
+
+# Read-only root filesystem: nothing writes outside /tmp (mount an emptyDir or tmpfs there).
+# HOME points there too, so that nothing that looks for a home directory finds an unwritable one.
+ENV NODE_ENV=production \
+    HOME=/tmp \
+    TMPDIR=/tmp
+
+WORKDIR /app
+COPY --from=deps /app/node_modules ./node_modules
+COPY package.json package-lock.json ./
+COPY crds ./crds
+COPY operator ./operator
+
+# The distroless "nonroot" user id: numeric, so that runAsNonRoot can verify it without a passwd
+# entry.
+USER 65532:65532
+
+# metrics, probes
+EXPOSE 8080 8081
+
+ENTRYPOINT ["node", "/app/operator/cli/main.ts"]
+CMD ["operator"]

@@ -1,0 +1,405 @@
+// The chart as text: helm lint, what helm template renders with the defaults and with every feature
+// on, what the values schema refuses, and that the chart agrees with the operator it deploys (its
+// flags parse, its defaults file is the operator's, its policy protects exactly the operator's
+// status fields).
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { parse as parseYaml } from "yaml";
+import { AgentRunStatus, BackoffSpec, SANDBOX_STATUS_FIELDS, StallSpec, WatchdogSpec } from "../../operator/api/agentrun.ts";
+import { agentRunCrd } from "../../operator/api/crd.ts";
+import { resolveWatchdog } from "../../operator/api/defaults.ts";
+import { parseOptions } from "../../operator/cli/options.ts";
+import type { Json } from "../../operator/kube/client.ts";
+import { all, allFeatures, chartDir, chartFile, featureChart, find, helm, ok, render, root, tempDir, template, writeValues } from "./support.ts";
+
+const NS = "agent-watchdog-system";
+const RELEASE = "agent-watchdog";
+
+function operatorContainer(objects: Json[]): any {
+  return find(objects, "Deployment").spec.template.spec.containers[0];
+}
+
+/** The operator's options exactly as the rendered Deployment would start it. */
+function optionsOf(objects: Json[]) {
+  const container = operatorContainer(objects);
+  expect(container.args[0]).toBe("operator");
+  const dir = tempDir("defaults");
+  const configMap = all(objects, "ConfigMap").find((c) => c.data?.["defaults.yaml"] !== undefined);
+  const mount = container.volumeMounts.find((m: any) => m.name === "defaults");
+  const flag = container.args.find((a: string) => a.startsWith("--defaults-file="));
+  // The flag must point into the mounted ConfigMap; the test reads the same content from disk.
+  expect(flag).toBe(`--defaults-file=${mount.mountPath}/defaults.yaml`);
+  writeFileSync(join(dir, "defaults.yaml"), configMap.data["defaults.yaml"]);
+  const args = container.args.slice(1).map((a: string) => (a === flag ? `--defaults-file=${join(dir, "defaults.yaml")}` : a));
+  const env: NodeJS.ProcessEnv = { POD_NAME: `${RELEASE}-abc`, POD_NAMESPACE: NS };
+  for (const e of container.env) {
+    if (e.value !== undefined) env[e.name] = e.value;
+    else if (e.name === "DATABASE_URL") env.DATABASE_URL = "postgres://ledger@postgresql:5432/watchdog";
+  }
+  return parseOptions(args, env);
+}
+
+describe("helm lint", () => {
+  it("passes with the default values, also with --strict", async () => {
+    const plain = ok(await helm(["lint", chartDir]), "helm lint");
+    expect(plain.stdout).toContain("0 chart(s) failed");
+    const strict = ok(await helm(["lint", "--strict", chartDir]), "helm lint --strict");
+    expect(strict.stdout).toContain("0 chart(s) failed");
+    expect(strict.stdout).not.toMatch(/\[(WARNING|ERROR)\]/);
+  });
+
+  it("passes with every feature on, with --strict", async () => {
+    const result = ok(await helm(["lint", "--strict", featureChart(), "--values", writeValues(allFeatures("agents"))]), "helm lint --strict (all features)");
+    expect(result.stdout).not.toMatch(/\[(WARNING|ERROR)\]/);
+  });
+});
+
+describe("the chart's Kubernetes version constraint", () => {
+  it("accepts the control plane's v1.37.2 and refuses clusters without ValidatingAdmissionPolicy v1", async () => {
+    ok(await template({}, { args: ["--kube-version", "v1.37.2"] }), "helm template --kube-version v1.37.2");
+    ok(await template({}, { args: ["--kube-version", "v1.30.0-eks-1"] }), "helm template --kube-version v1.30.0-eks-1");
+    const old = await template({}, { args: ["--kube-version", "v1.29.9"] });
+    expect(old.code).not.toBe(0);
+    expect(old.stderr).toMatch(/chart requires kubeVersion: >= 1\.30\.0-0 which is incompatible with Kubernetes v1\.29\.9/);
+  });
+});
+
+describe("helm template with the default values", () => {
+  it("renders the operator with leader election, probes, restricted security and a writable /tmp", async () => {
+    const objects = await render({}, { namespace: NS });
+    const deployment = find(objects, "Deployment", RELEASE);
+    expect(deployment.spec.replicas).toBe(2);
+    const pod = deployment.spec.template.spec;
+    const c = pod.containers[0];
+    expect(c.image).toBe("ghcr.io/agent-watchdog/agent-watchdog:0.1.0");
+    expect(c.args).toEqual(expect.arrayContaining(["operator", "--leader-elect", "--sandbox-service-account=namespace"]));
+    expect(c.env).toEqual(
+      expect.arrayContaining([
+        { name: "POD_NAME", valueFrom: { fieldRef: { fieldPath: "metadata.name" } } },
+        { name: "POD_NAMESPACE", valueFrom: { fieldRef: { fieldPath: "metadata.namespace" } } },
+      ]),
+    );
+    expect(c.env.find((e: any) => e.name === "DATABASE_URL")).toBeUndefined();
+    expect(c.ports).toEqual(
+      expect.arrayContaining([expect.objectContaining({ name: "metrics", containerPort: 8080 }), expect.objectContaining({ name: "health", containerPort: 8081 })]),
+    );
+    expect(c.livenessProbe.httpGet).toEqual({ path: "/healthz", port: "health" });
+    expect(c.readinessProbe.httpGet).toEqual({ path: "/readyz", port: "health" });
+    expect(c.resources.requests).toBeDefined();
+    expect(c.resources.limits.memory).toBeDefined();
+    expect(pod.securityContext).toMatchObject({ runAsNonRoot: true, runAsUser: 65532, seccompProfile: { type: "RuntimeDefault" } });
+    expect(c.securityContext).toMatchObject({
+      allowPrivilegeEscalation: false,
+      readOnlyRootFilesystem: true,
+      runAsNonRoot: true,
+      capabilities: { drop: ["ALL"] },
+      seccompProfile: { type: "RuntimeDefault" },
+    });
+    const tmp = c.volumeMounts.find((m: any) => m.mountPath === "/tmp");
+    expect(pod.volumes.find((v: any) => v.name === tmp.name).emptyDir).toBeDefined();
+    expect(pod.topologySpreadConstraints.map((t: any) => [t.topologyKey, t.whenUnsatisfiable])).toEqual([
+      ["kubernetes.io/hostname", "ScheduleAnyway"],
+      ["topology.kubernetes.io/zone", "ScheduleAnyway"],
+    ]);
+    for (const t of pod.topologySpreadConstraints) expect(t.labelSelector.matchLabels).toEqual(deployment.spec.selector.matchLabels);
+    expect(pod.serviceAccountName).toBe(find(objects, "ServiceAccount").metadata.name);
+  });
+
+  it("starts the operator with flags it accepts, the built-in defaults, and the chart's sandbox ClusterRole", async () => {
+    const objects = await render({}, { namespace: NS });
+    const options = optionsOf(objects);
+    expect(options).toMatchObject({
+      leaderElect: true,
+      leaderElectionNamespace: NS,
+      leaderElectionId: `${RELEASE}.watchdog.dev`,
+      namespaces: [],
+      concurrency: 4,
+      logLevel: "info",
+      metricsBindAddress: ":8080",
+      healthProbeBindAddress: ":8081",
+      sandboxServiceAccount: "namespace",
+      sandboxTokenExpiration: 3_600_000,
+      defaults: {},
+    });
+    expect(options.databaseUrl).toBeUndefined();
+    const sandboxRole = all(objects, "ClusterRole").find((r) => r.metadata.labels["app.kubernetes.io/component"] === "sandbox");
+    expect(options.sandboxClusterRole).toBe(sandboxRole.metadata.name);
+    expect(sandboxRole.metadata.name).toBe("agent-watchdog-sandbox");
+    // Empty defaults: every field falls through to the built-in defaults.
+    expect(find(objects, "ConfigMap", `${RELEASE}-defaults`).data["defaults.yaml"].trim()).toBe("{}");
+  });
+
+  it("renders exactly the expected objects, and none of the optional ones", async () => {
+    const objects = await render({}, { namespace: NS });
+    const kinds = objects.map((o) => `${o.kind}/${(o.metadata as Json).name}`).sort();
+    expect(kinds).toEqual(
+      [
+        "ClusterRole/agent-watchdog-manager",
+        "ClusterRole/agent-watchdog-sandbox",
+        "ClusterRoleBinding/agent-watchdog-manager",
+        "ConfigMap/agent-watchdog-defaults",
+        "CustomResourceDefinition/agentruns.watchdog.dev",
+        "Deployment/agent-watchdog",
+        "PodDisruptionBudget/agent-watchdog",
+        "Role/agent-watchdog-leader-election",
+        "RoleBinding/agent-watchdog-leader-election",
+        "Service/agent-watchdog-metrics",
+        "ServiceAccount/agent-watchdog",
+        "ValidatingAdmissionPolicy/agent-watchdog-sandbox-fencing",
+        "ValidatingAdmissionPolicyBinding/agent-watchdog-sandbox-fencing",
+      ].sort(),
+    );
+    for (const o of objects) {
+      const meta = o.metadata as any;
+      expect(meta.labels["app.kubernetes.io/instance"], `${o.kind} ${meta.name}`).toBe(RELEASE);
+      const clusterScoped = ["ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"];
+      expect(meta.namespace, `${o.kind} ${meta.name}`).toBe(clusterScoped.includes(o.kind as string) ? undefined : NS);
+    }
+    expect(find(objects, "PodDisruptionBudget").spec).toEqual({
+      minAvailable: 1,
+      selector: { matchLabels: find(objects, "Deployment").spec.selector.matchLabels },
+    });
+    expect(find(objects, "Service").spec).toMatchObject({ selector: find(objects, "Deployment").spec.selector.matchLabels, ports: [{ name: "metrics", port: 8080, targetPort: "metrics" }] });
+  });
+
+  it("gives the operator exactly the permissions it uses, and the leader election its own Role", async () => {
+    const objects = await render({}, { namespace: NS });
+    const manager = find(objects, "ClusterRole", `${RELEASE}-manager`);
+    expect(manager.rules).toEqual([
+      { apiGroups: ["watchdog.dev"], resources: ["agentruns"], verbs: ["get", "list", "watch", "patch"] },
+      { apiGroups: ["watchdog.dev"], resources: ["agentruns/status"], verbs: ["get", "patch", "update"] },
+      { apiGroups: ["watchdog.dev"], resources: ["agentruns/finalizers"], verbs: ["update"] },
+      { apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch", "create", "delete"] },
+      { apiGroups: ["events.k8s.io"], resources: ["events"], verbs: ["create"] },
+      { apiGroups: [""], resources: ["serviceaccounts"], verbs: ["create"] },
+      { apiGroups: ["rbac.authorization.k8s.io"], resources: ["rolebindings"], verbs: ["create"] },
+      { apiGroups: ["rbac.authorization.k8s.io"], resources: ["clusterroles"], verbs: ["bind"], resourceNames: [`${RELEASE}-sandbox`] },
+    ]);
+    const binding = find(objects, "ClusterRoleBinding", `${RELEASE}-manager`);
+    expect(binding.roleRef).toEqual({ apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: `${RELEASE}-manager` });
+    expect(binding.subjects).toEqual([{ kind: "ServiceAccount", name: RELEASE, namespace: NS }]);
+    const leader = find(objects, "Role", `${RELEASE}-leader-election`);
+    expect(leader.metadata.namespace).toBe(NS);
+    expect(leader.rules).toEqual([
+      { apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["get", "create", "update"] },
+      { apiGroups: ["events.k8s.io"], resources: ["events"], verbs: ["create"] },
+    ]);
+    expect(find(objects, "ClusterRole", `${RELEASE}-sandbox`).rules).toEqual([
+      { apiGroups: ["watchdog.dev"], resources: ["agentruns"], verbs: ["get", "list", "watch"] },
+      { apiGroups: ["watchdog.dev"], resources: ["agentruns/status"], verbs: ["get", "patch", "update"] },
+    ]);
+  });
+
+  it("templates the repository's CRD, kept on uninstall", async () => {
+    const crd = find(await render({}, { namespace: NS }), "CustomResourceDefinition");
+    const source = agentRunCrd() as any;
+    expect(crd.spec).toEqual(source.spec);
+    expect(crd.metadata.name).toBe(source.metadata.name);
+    expect(crd.metadata.annotations).toEqual({ "helm.sh/resource-policy": "keep" });
+    // crds/ holds the same CRD, for users who manage it with kubectl.
+    expect(parseYaml(readFileSync(join(root, "crds/watchdog.dev_agentruns.yaml"), "utf8")).spec).toEqual(source.spec);
+  });
+
+  it("fences sandbox writes by admission, failing closed", async () => {
+    const objects = await render({}, { namespace: NS });
+    const policy = find(objects, "ValidatingAdmissionPolicy");
+    expect(policy.spec.failurePolicy).toBe("Fail");
+    expect(policy.spec.matchConstraints.resourceRules[0]).toMatchObject({ apiGroups: ["watchdog.dev"], resources: ["agentruns", "agentruns/status"] });
+    expect(policy.spec.matchConditions[0].expression).toContain("-sandbox$");
+    const binding = find(objects, "ValidatingAdmissionPolicyBinding");
+    expect(binding.spec).toEqual({ policyName: policy.metadata.name, validationActions: ["Deny"] });
+  });
+
+  it("protects exactly the operator's status fields: every status field but heartbeat, toolCalls and checkpoint", async () => {
+    const policy = find(await render({}, { namespace: NS }), "ValidatingAdmissionPolicy");
+    const expression: string = policy.spec.variables.find((v: any) => v.name === "changedOperatorFields").expression;
+    const guarded = [...expression.matchAll(/\['([A-Za-z]+)'\]/g)].map((m) => m[1]).sort();
+    const sandbox: readonly string[] = SANDBOX_STATUS_FIELDS;
+    expect(sandbox).toEqual(["heartbeat", "toolCalls", "checkpoint"]);
+    expect(guarded).toEqual(Object.keys(AgentRunStatus.shape).filter((f) => !sandbox.includes(f)).sort());
+    for (const field of guarded) expect(expression).toContain(`object.?status.?${field} == oldObject.?status.?${field}`);
+    const messages = policy.spec.validations.map((v: any) => v.message ?? v.messageExpression).join("\n");
+    expect(messages).toContain("status.heartbeat, status.toolCalls and status.checkpoint");
+  });
+});
+
+describe("helm template with every feature on", () => {
+  it("renders the ServiceMonitor, PrometheusRule, dashboard, NetworkPolicy, namespaced RBAC, ledger secret and defaults", async () => {
+    const chart = featureChart();
+    const objects = await render(allFeatures("agents"), { chart, namespace: NS });
+    const deploymentLabels = find(objects, "Deployment").spec.selector.matchLabels;
+
+    const monitor = find(objects, "ServiceMonitor");
+    expect(monitor.metadata.labels.release).toBe("prometheus");
+    expect(find(objects, "Service").metadata.labels).toMatchObject(monitor.spec.selector.matchLabels);
+    expect(monitor.spec.endpoints).toEqual([expect.objectContaining({ port: "metrics", path: "/metrics" })]);
+    expect(monitor.spec.namespaceSelector).toEqual({ matchNames: [NS] });
+    // The alerts select job=~".*agent-watchdog.*"; the job comes from this Service label.
+    expect(find(objects, "Service").metadata.labels[monitor.spec.jobLabel]).toBe("agent-watchdog");
+
+    const rule = find(objects, "PrometheusRule");
+    expect(rule.metadata.labels.release).toBe("prometheus");
+    expect(rule.spec.groups).toEqual(parseYaml(chartFile(chart, "files/prometheus-rules.yaml")).groups);
+    expect(rule.spec.groups.length).toBeGreaterThan(0);
+
+    const dashboard = find(objects, "ConfigMap", `${RELEASE}-dashboard`);
+    expect(dashboard.metadata.labels.grafana_dashboard).toBe("1");
+    expect(dashboard.metadata.annotations).toEqual({ grafana_folder: "Agents" });
+    expect(dashboard.data["agent-watchdog.json"]).toBe(chartFile(chart, "files/dashboard.json"));
+    JSON.parse(dashboard.data["agent-watchdog.json"]);
+
+    const policy = find(objects, "NetworkPolicy");
+    expect(policy.spec.podSelector.matchLabels).toEqual(deploymentLabels);
+    expect(policy.spec.policyTypes).toEqual(["Ingress", "Egress"]);
+    expect(policy.spec.ingress).toEqual([
+      {
+        from: [{ namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "monitoring" } } }],
+        ports: [
+          { port: "metrics", protocol: "TCP" },
+          { port: "health", protocol: "TCP" },
+        ],
+      },
+    ]);
+    const egressPorts = policy.spec.egress.map((r: any) => r.ports.map((p: any) => `${p.port}/${p.protocol}`).join(","));
+    expect(egressPorts).toEqual(["443/TCP,6443/TCP", "53/UDP,53/TCP", "5432/TCP"]);
+    expect(policy.spec.egress[0].to).toEqual([{ ipBlock: { cidr: "10.0.0.1/32" } }]);
+    expect(policy.spec.egress[2].to).toEqual([{ podSelector: { matchLabels: { app: "postgresql" } } }]);
+
+    // Watching one namespace: a Role there instead of the ClusterRole; sandboxes still need theirs.
+    expect(find(objects, "ClusterRole", `${RELEASE}-manager`)).toBeUndefined();
+    expect(find(objects, "ClusterRoleBinding")).toBeUndefined();
+    const role = find(objects, "Role", `${RELEASE}-manager`);
+    expect(role.metadata.namespace).toBe("agents");
+    expect(role.rules).toEqual(find(await render({}, { namespace: NS }), "ClusterRole", `${RELEASE}-manager`).rules);
+    expect(find(objects, "RoleBinding", `${RELEASE}-manager`)).toMatchObject({ metadata: { namespace: "agents" }, roleRef: { kind: "Role", name: `${RELEASE}-manager` } });
+    expect(find(objects, "ClusterRole", `${RELEASE}-sandbox`)).toBeDefined();
+    expect(find(objects, "ValidatingAdmissionPolicy")).toBeDefined();
+
+    expect(operatorContainer(objects).env).toContainEqual({ name: "DATABASE_URL", valueFrom: { secretKeyRef: { name: "ledger-db", key: "url" } } });
+  });
+
+  it("hands the watchdog defaults to the operator in the shape of spec.watchdog, false and 0 included", async () => {
+    const values = allFeatures("agents");
+    const objects = await render(values, { chart: featureChart(), namespace: NS });
+    const options = optionsOf(objects);
+    expect(options.namespaces).toEqual(["agents"]);
+    expect(options.databaseUrl).toBe("postgres://ledger@postgresql:5432/watchdog");
+    expect(options.defaults).toEqual((values.watchdog as any).defaults);
+    // A run's own spec.watchdog still wins field by field.
+    const effective = resolveWatchdog({ heartbeatTimeout: "2m", backoff: { max: "1m" } }, options.defaults);
+    expect(effective).toMatchObject({
+      heartbeatTimeout: "2m",
+      maxRestarts: 0,
+      backoff: { initial: "30s", factor: 1.5, max: "1m" },
+      stall: { enabled: false, timeout: "1m", maxNudges: 2, message: "Are you still there?" },
+      approvalTimeout: "24h",
+    });
+  });
+
+  it("rolls the operator's pods when the defaults change, and only then", async () => {
+    const checksum = async (values: Json) => find(await render(values, { namespace: NS }), "Deployment").spec.template.metadata.annotations["checksum/defaults"];
+    const none = await checksum({});
+    expect(await checksum({ logLevel: "debug" })).toBe(none);
+    const one = await checksum({ watchdog: { defaults: { heartbeatTimeout: "90s" } } });
+    expect(one).not.toBe(none);
+    expect(await checksum({ watchdog: { defaults: { heartbeatTimeout: "2m" } } })).not.toBe(one);
+  });
+
+  it("follows the switches: CRD off or not kept, fencing off, sandbox modes, image digest", async () => {
+    expect(find(await render({ crds: { enabled: false } }), "CustomResourceDefinition")).toBeUndefined();
+    expect(find(await render({ crds: { keep: false } }), "CustomResourceDefinition").metadata.annotations).toBeUndefined();
+    const unfenced = await render({ admission: { fencing: { enabled: false } } });
+    expect(find(unfenced, "ValidatingAdmissionPolicy")).toBeUndefined();
+    expect(find(unfenced, "ValidatingAdmissionPolicyBinding")).toBeUndefined();
+    expect(find(await render({ admission: { fencing: { validationActions: ["Warn", "Audit"] } } }), "ValidatingAdmissionPolicyBinding").spec.validationActions).toEqual([
+      "Warn",
+      "Audit",
+    ]);
+
+    const rbacOf = (objects: Json[]) => find(objects, "ClusterRole", `${RELEASE}-manager`).rules.map((r: any) => `${r.resources.join("+")}:${r.verbs.join("+")}`);
+    const none = await render({ sandbox: { serviceAccount: "none" } });
+    expect(operatorContainer(none).args).toContain("--sandbox-service-account=none");
+    expect(rbacOf(none).filter((r: string) => /serviceaccounts|roles|bind/.test(r))).toEqual([]);
+    const perRun = await render({ sandbox: { serviceAccount: "run", tokenExpiration: "30m" } });
+    expect(operatorContainer(perRun).args).toEqual(expect.arrayContaining(["--sandbox-service-account=run", "--sandbox-token-expiration=30m"]));
+    expect(rbacOf(perRun)).toEqual(expect.arrayContaining(["serviceaccounts:create", "rolebindings+roles:create"]));
+    expect(rbacOf(perRun).filter((r: string) => r.endsWith(":bind"))).toEqual([]);
+
+    const digest = "sha256:" + "a".repeat(64);
+    expect(operatorContainer(await render({ image: { digest } })).image).toBe(`ghcr.io/agent-watchdog/agent-watchdog@${digest}`);
+    expect(operatorContainer(await render({ image: { tag: "0.2.0" } })).image).toBe("ghcr.io/agent-watchdog/agent-watchdog:0.2.0");
+    const single = await render({ replicaCount: 1, leaderElection: { enabled: false } });
+    expect(find(single, "PodDisruptionBudget")).toBeUndefined();
+    expect(find(single, "Role", `${RELEASE}-leader-election`)).toBeUndefined();
+    expect(operatorContainer(single).args).not.toContain("--leader-elect");
+  });
+
+  it("names every object after the release, so two releases can share a cluster", async () => {
+    const objects = await render({}, { release: "team-a", namespace: "team-a" });
+    const policy = find(objects, "ValidatingAdmissionPolicy");
+    expect(policy.metadata.name).toBe("team-a-agent-watchdog-sandbox-fencing");
+    expect(find(objects, "ClusterRole", "team-a-agent-watchdog-sandbox")).toBeDefined();
+    expect(optionsOf(objects)).toMatchObject({ sandboxClusterRole: "team-a-agent-watchdog-sandbox", leaderElectionId: "team-a-agent-watchdog.watchdog.dev" });
+  });
+});
+
+describe("the values schema and the templates refuse bad values with a clear message", () => {
+  const cases: [string, Json, string[], RegExp][] = [
+    ["a duration in words", { watchdog: { defaults: { heartbeatTimeout: "five minutes" } } }, [], /\/watchdog\/defaults\/heartbeatTimeout.*does not match pattern/],
+    ["a number of replicas in words", {}, ["--set-string", "replicaCount=two"], /\/replicaCount.*got string, want integer/],
+    ["an unknown value", { replicas: 2 }, [], /additional properties 'replicas' not allowed/],
+    ["an unknown watchdog default", { watchdog: { defaults: { heartbeatTimout: "5m" } } }, [], /\/watchdog\/defaults.*additional properties 'heartbeatTimout' not allowed/],
+    ["an unknown sandbox mode", { sandbox: { serviceAccount: "pod" } }, [], /\/sandbox\/serviceAccount.*value must be one of 'namespace', 'run', 'none'/],
+    ["an unknown log level", { logLevel: "verbose" }, [], /\/logLevel.*value must be one of/],
+    ["a factor below one", { watchdog: { defaults: { backoff: { factor: 0.5 } } } }, [], /\/watchdog\/defaults\/backoff\/factor.*minimum/],
+    ["a token shorter than the API server allows", { sandbox: { tokenExpiration: "5m" } }, [], /\/sandbox\/tokenExpiration.*does not match pattern/],
+    ["a zero duration", { watchdog: { defaults: { stall: { timeout: "0s" } } } }, [], /watchdog\.defaults\.stall\.timeout: must be a positive duration/],
+    ["a bad validation action", { admission: { fencing: { validationActions: ["Reject"] } } }, [], /\/admission\/fencing\/validationActions\/0.*value must be one of/],
+    ["replicas without leader election", { leaderElection: { enabled: false } }, [], /replicaCount > 1 needs leaderElection\.enabled/],
+    ["an operator ServiceAccount that looks like a sandbox", { serviceAccount: { name: "ops-sandbox" } }, [], /ends in -sandbox, which marks sandbox identities/],
+  ];
+  for (const [what, values, args, message] of cases) {
+    it(`refuses ${what}`, async () => {
+      const result = await template(values, { args });
+      expect(result.code, result.stdout.slice(0, 200)).not.toBe(0);
+      expect(result.stderr).toMatch(message);
+    });
+  }
+});
+
+describe("the chart stays in step with the operator and its own documentation", () => {
+  const values = parseYaml(readFileSync(join(chartDir, "values.yaml"), "utf8"));
+  const schema = JSON.parse(readFileSync(join(chartDir, "values.schema.json"), "utf8"));
+
+  it("offers exactly the fields of spec.watchdog as install defaults, all empty by default", () => {
+    const defaults = values.watchdog.defaults;
+    const schemaDefaults = schema.properties.watchdog.properties.defaults.properties;
+    const spec = Object.keys(WatchdogSpec.shape).sort();
+    expect(Object.keys(defaults).sort()).toEqual(spec);
+    expect(Object.keys(schemaDefaults).sort()).toEqual(spec);
+    for (const key of ["backoff", "rateLimitBackoff"]) {
+      expect(Object.keys(defaults[key]).sort()).toEqual(Object.keys(BackoffSpec.shape).sort());
+      expect(Object.keys(schema.definitions.backoff.properties).sort()).toEqual(Object.keys(BackoffSpec.shape).sort());
+    }
+    expect(Object.keys(defaults.stall).sort()).toEqual(Object.keys(StallSpec.shape).sort());
+    expect(Object.keys(schemaDefaults.stall.properties).sort()).toEqual(Object.keys(StallSpec.shape).sort());
+    const leaves = (o: any): unknown[] => (o !== null && typeof o === "object" ? Object.values(o).flatMap(leaves) : [o]);
+    expect(leaves(defaults).every((v) => v === "" || v === null)).toBe(true);
+  });
+
+  it("documents every value in the chart's README", () => {
+    const readme = readFileSync(join(chartDir, "README.md"), "utf8");
+    // Kubernetes objects passed through as a whole are documented as a whole.
+    const whole = ["resources", "podSecurityContext", "securityContext", "probes.liveness", "probes.readiness"];
+    const paths: string[] = [];
+    const walk = (node: any, path: string) => {
+      if (node !== null && typeof node === "object" && !Array.isArray(node) && Object.keys(node).length > 0 && !whole.includes(path)) {
+        for (const [k, v] of Object.entries(node)) walk(v, path ? `${path}.${k}` : k);
+      } else paths.push(path);
+    };
+    walk(values, "");
+    expect(paths.length).toBeGreaterThan(80);
+    expect(paths.filter((p) => !readme.includes(`\`${p}\``))).toEqual([]);
+  });
+});

@@ -1,0 +1,270 @@
+// Command line of `kubectl agentrun`: subcommands, their flags and their help. Flags may come
+// before or after the subcommand, as with kubectl, but each subcommand accepts only its own.
+import { parseArgs } from "node:util";
+
+export const COMMANDS = ["list", "describe", "history", "resume", "approve", "reject", "suspend", "unsuspend"] as const;
+export type CommandName = (typeof COMMANDS)[number];
+export type Output = "table" | "wide" | "json";
+
+export interface Invocation {
+  command: CommandName;
+  /** The run's name; set for every command but list. */
+  run?: string;
+  namespace?: string;
+  allNamespaces: boolean;
+  kubeconfig?: string;
+  context?: string;
+  output: Output;
+  databaseUrl?: string;
+  force: boolean;
+  answer?: string;
+  reason?: string;
+}
+
+/** What the command line asks for: help text to print, or a command to run. */
+export type Parsed = { help: string } | { invocation: Invocation };
+
+/** Bad usage: exit 2 with the message and the usage of `command` (or the general usage). */
+export class UsageError extends Error {
+  readonly command: CommandName | undefined;
+  constructor(message: string, command?: CommandName) {
+    super(message);
+    this.name = "UsageError";
+    this.command = command;
+  }
+}
+
+const OPTIONS = {
+  namespace: { type: "string", short: "n" },
+  "all-namespaces": { type: "boolean", short: "A" },
+  kubeconfig: { type: "string" },
+  context: { type: "string" },
+  output: { type: "string", short: "o" },
+  "database-url": { type: "string" },
+  force: { type: "boolean" },
+  answer: { type: "string" },
+  reason: { type: "string" },
+  help: { type: "boolean", short: "h" },
+} as const;
+type Flag = keyof typeof OPTIONS;
+
+/** Flags whose value is free text: it may start with a dash. */
+const FREE_TEXT: readonly Flag[] = ["answer", "reason", "database-url"];
+const COMMON: readonly Flag[] = ["namespace", "kubeconfig", "context", "help"];
+
+const COMMON_HELP = `Flags for every command:
+  -n, --namespace NS     the run's namespace (default: the context's namespace, else "default")
+      --kubeconfig PATH  kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)
+      --context NAME     kubeconfig context to use (default: the current context)
+  -h, --help             show help`;
+
+interface CommandSpec {
+  /** One line for the general usage. */
+  summary: string;
+  /** Takes a run name. */
+  run: boolean;
+  flags: readonly Flag[];
+  outputs: readonly Output[];
+  usage: string;
+}
+
+const SPECS: Record<CommandName, CommandSpec> = {
+  list: {
+    summary: "list runs: phase, attempt, restarts, heartbeat age, nudges and reason",
+    run: false,
+    flags: ["all-namespaces", "output"],
+    outputs: ["table", "wide", "json"],
+    usage: `Usage: kubectl agentrun list [-n NS | -A] [-o wide|json]
+
+Lists AgentRuns. RESTARTS is restarts spent of the recovery allowance (status.watchdog.maxRestarts),
+HEARTBEAT the age of the current attempt's last heartbeat, NUDGES stall nudges sent of the most allowed.
+
+  -A, --all-namespaces   list runs in every namespace
+  -o, --output FORMAT    wide (adds pod, stall state, retry time and message) or json`,
+  },
+  describe: {
+    summary: "show a run: spec, effective watchdog settings, conditions, failure, stall, approval, timeline",
+    run: true,
+    flags: ["database-url"],
+    outputs: ["table"],
+    usage: `Usage: kubectl agentrun describe RUN [--database-url URL]
+
+Shows a run's spec, effective watchdog settings, conditions, last failure, stall state and approval,
+and a timeline merged from its Events, status.transitions and, when a ledger is given, the ledger.
+
+      --database-url URL  the ledger's PostgreSQL database (default: $DATABASE_URL)`,
+  },
+  history: {
+    summary: "a run's history: the ledger's full history, or what the cluster still holds",
+    run: true,
+    flags: ["database-url", "output"],
+    outputs: ["table", "json"],
+    usage: `Usage: kubectl agentrun history RUN [--database-url URL] [-o json]
+
+Prints the run's full history from the ledger (every phase transition and tool call) when a ledger
+is given; the ledger also keeps the history of deleted runs. Without one, prints what the cluster
+still holds: the latest status.transitions and the run's Events.
+
+      --database-url URL  the ledger's PostgreSQL database (default: $DATABASE_URL)
+  -o, --output json       the history as JSON`,
+  },
+  resume: {
+    summary: "resume a run that needs a person, with fresh budgets (watchdog.dev/resume)",
+    run: true,
+    flags: ["force"],
+    outputs: ["table"],
+    usage: `Usage: kubectl agentrun resume RUN [--force]
+
+Sets a new watchdog.dev/resume value (the current time). The watchdog then queues a new attempt
+with fresh budgets. Refuses unless the run is in NeedsHumanIntervention.
+
+      --force   set the annotation whatever the phase (the watchdog records it and acts on it
+                only in NeedsHumanIntervention)`,
+  },
+  approve: {
+    summary: "answer a run awaiting a reply (watchdog.dev/approve)",
+    run: true,
+    flags: ["answer"],
+    outputs: ["table"],
+    usage: `Usage: kubectl agentrun approve RUN [--answer TEXT]
+
+Approves the request of a run in AwaitingReply by setting watchdog.dev/approve; the sandbox reads
+the answer and carries on. Refuses unless the run is awaiting a reply.
+
+      --answer TEXT   the answer handed to the agent (default: none, which means "approved")`,
+  },
+  reject: {
+    summary: "reject a run awaiting a reply; the run fails (watchdog.dev/reject)",
+    run: true,
+    flags: ["reason"],
+    outputs: ["table"],
+    usage: `Usage: kubectl agentrun reject RUN [--reason TEXT]
+
+Rejects the request of a run in AwaitingReply by setting watchdog.dev/reject. The run ends in
+Failed (reason Rejected). Refuses unless the run is awaiting a reply.
+
+      --reason TEXT   why (default: none, which means "rejected")`,
+  },
+  suspend: {
+    summary: "suspend a run: its sandbox pod is removed and no timer fires (spec.suspend=true)",
+    run: true,
+    flags: [],
+    outputs: ["table"],
+    usage: `Usage: kubectl agentrun suspend RUN
+
+Sets spec.suspend to true: the sandbox pod is removed, no timer fires and nothing is nudged.`,
+  },
+  unsuspend: {
+    summary: "unsuspend a run: it is queued as a new attempt (spec.suspend=false)",
+    run: true,
+    flags: [],
+    outputs: ["table"],
+    usage: `Usage: kubectl agentrun unsuspend RUN
+
+Sets spec.suspend to false: the run is queued again as a new attempt.`,
+  },
+};
+
+export const GENERAL_USAGE = `kubectl agentrun: watch and steer AgentRuns (watchdog.dev/v1alpha1)
+
+Usage: kubectl agentrun COMMAND [RUN] [flags]
+
+Commands:
+${COMMANDS.map((c) => `  ${(SPECS[c].run ? `${c} RUN` : c).padEnd(16)}${SPECS[c].summary}`).join("\n")}
+
+${COMMON_HELP}
+
+Run 'kubectl agentrun COMMAND --help' for a command's own flags.
+Exit codes: 0 done, 1 failed or refused, 2 bad usage.`;
+
+/** The help text of one command, or the general one. */
+export function usage(command?: CommandName): string {
+  return command ? `${SPECS[command].usage}\n\n${COMMON_HELP}` : GENERAL_USAGE;
+}
+
+const isCommand = (word: string | undefined): word is CommandName => (COMMANDS as readonly string[]).includes(word ?? "");
+
+// Kubernetes names: a namespace is a DNS label, a run a DNS subdomain. Checking them here also
+// keeps anything odd out of request paths.
+const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
+const DNS_SUBDOMAIN = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+
+export function parse(argv: readonly string[]): Parsed {
+  let parsed;
+  try {
+    parsed = parseArgs({ args: [...argv], options: OPTIONS, allowPositionals: true, strict: false, tokens: true });
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  const { positionals, tokens } = parsed;
+  const [first, ...rest] = positionals;
+  const help = tokens.some((t) => t.kind === "option" && t.name === "help");
+
+  if (first === "help") {
+    const topic = rest[0];
+    if (topic !== undefined && !isCommand(topic)) throw new UsageError(`unknown command "${topic}"`);
+    return { help: usage(topic) };
+  }
+  if (first === undefined) {
+    if (help) return { help: usage() };
+    throw new UsageError("no command given");
+  }
+  if (!isCommand(first)) throw new UsageError(`unknown command "${first}"`);
+  const command: CommandName = first;
+  if (help) return { help: usage(command) };
+  const spec = SPECS[command];
+
+  const values: Partial<Record<Flag, string | boolean>> = {};
+  for (const token of tokens) {
+    if (token.kind !== "option") continue;
+    const name = token.name as Flag;
+    if (!(name in OPTIONS)) throw new UsageError(`unknown flag ${token.rawName}`, command);
+    if (!COMMON.includes(name) && !spec.flags.includes(name)) throw new UsageError(`${command} does not take ${token.rawName}`, command);
+    if (OPTIONS[name].type === "string") {
+      const value = token.value;
+      if (value === undefined || (!token.inlineValue && value.startsWith("-") && !FREE_TEXT.includes(name))) {
+        throw new UsageError(`${token.rawName} needs a value`, command);
+      }
+      values[name] = value;
+    } else {
+      if (token.value !== undefined) throw new UsageError(`${token.rawName} takes no value`, command);
+      values[name] = true;
+    }
+  }
+
+  let run: string | undefined;
+  if (spec.run) {
+    if (rest.length === 0) throw new UsageError(`${command} needs the name of a run`, command);
+    if (rest.length > 1) throw new UsageError(`${command} takes one run, got ${rest.length}: ${rest.join(" ")}`, command);
+    run = rest[0] as string;
+    if (!DNS_SUBDOMAIN.test(run)) throw new UsageError(`"${run}" is not a valid run name`, command);
+  } else if (rest.length > 0) {
+    throw new UsageError(`${command} takes no arguments, got: ${rest.join(" ")}`, command);
+  }
+
+  const namespace = values.namespace as string | undefined;
+  if (namespace !== undefined && !DNS_LABEL.test(namespace)) throw new UsageError(`"${namespace}" is not a valid namespace name`, command);
+
+  const outputFlag = values.output as string | undefined;
+  const output = (outputFlag ?? "table") as Output;
+  if (outputFlag !== undefined && (outputFlag === "table" || !spec.outputs.includes(output))) {
+    const allowed = spec.outputs.filter((o) => o !== "table");
+    throw new UsageError(`unsupported output format "${outputFlag}" for ${command}: use ${allowed.join(" or ")}`, command);
+  }
+
+  return {
+    invocation: {
+      command,
+      ...(run !== undefined ? { run } : {}),
+      ...(namespace !== undefined ? { namespace } : {}),
+      allNamespaces: values["all-namespaces"] === true,
+      ...(values.kubeconfig !== undefined ? { kubeconfig: values.kubeconfig as string } : {}),
+      ...(values.context !== undefined ? { context: values.context as string } : {}),
+      output,
+      ...(values["database-url"] !== undefined ? { databaseUrl: values["database-url"] as string } : {}),
+      force: values.force === true,
+      ...(values.answer !== undefined ? { answer: values.answer as string } : {}),
+      ...(values.reason !== undefined ? { reason: values.reason as string } : {}),
+    },
+  };
+}

@@ -1,0 +1,298 @@
+// The subcommands of `kubectl agentrun`. Each reads what it needs, acts through the API server
+// the way a user with kubectl would (annotations and merge patches the operator reacts to), and
+// says in one line what happened or why it refused.
+import type { AgentRunStatus } from "../../api/agentrun.ts";
+import { ANNOTATIONS } from "../../api/annotations.ts";
+import { isConflict, paths, type Json } from "../../kube/client.ts";
+import { formatHistory } from "../../ledger/format.ts";
+import type { Invocation } from "./args.ts";
+import { Cluster, CliError, explainFailure, loadKubeConfig } from "./cluster.ts";
+import { formatDescribe, formatList } from "./format.ts";
+import { LedgerError, ledgerName, readLedger } from "./ledger.ts";
+import { historyOfUid, mergeTimeline, timelineLine, type TimelineItem } from "./timeline.ts";
+
+export interface Io {
+  out(text: string): void;
+  err(text: string): void;
+}
+
+/** What every command works with; the cluster is connected only when a command needs it. */
+export class Context {
+  readonly inv: Invocation;
+  readonly env: NodeJS.ProcessEnv;
+  readonly io: Io;
+  readonly now: () => number;
+  private connected?: Cluster;
+
+  constructor(inv: Invocation, env: NodeJS.ProcessEnv, io: Io, now: () => number = Date.now) {
+    this.inv = inv;
+    this.env = env;
+    this.io = io;
+    this.now = now;
+  }
+
+  get cluster(): Cluster {
+    this.connected ??= new Cluster(loadKubeConfig(this.inv, this.env), this.inv.namespace);
+    return this.connected;
+  }
+  get namespace(): string {
+    return this.inv.namespace ?? this.cluster.namespace;
+  }
+  get run(): string {
+    return this.inv.run as string;
+  }
+  get databaseUrl(): string | undefined {
+    return this.inv.databaseUrl ?? (this.env.DATABASE_URL || undefined);
+  }
+}
+
+const statusOf = (run: Json) => (run.status ?? {}) as AgentRunStatus;
+const metaOf = (run: Json) => run.metadata as { name: string; namespace: string; uid?: string; resourceVersion?: string; annotations?: Record<string, string> };
+const phaseText = (status: AgentRunStatus) => (status.phase ? `in phase ${status.phase}` : "not yet acted on by the operator");
+
+/** The run's Events; the uid keeps out those of an earlier run that bore the same name. */
+async function runEvents(ctx: Context, run: Json): Promise<Json[]> {
+  const meta = metaOf(run);
+  const selector = [`regarding.kind=AgentRun`, `regarding.name=${meta.name}`, ...(meta.uid ? [`regarding.uid=${meta.uid}`] : [])];
+  const list = await ctx.cluster.client.get<{ items: Json[] }>(paths.events(meta.namespace), { fieldSelector: selector.join(",") });
+  return list.items;
+}
+
+/** Events if they can be read; otherwise none, and a note saying why. */
+async function eventsOrNote(ctx: Context, run: Json, notes: string[]): Promise<Json[]> {
+  try {
+    return await runEvents(ctx, run);
+  } catch (err) {
+    notes.push(`Events unavailable: ${ctx.cluster.explain(err).message}`);
+    return [];
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+async function list(ctx: Context): Promise<number> {
+  const namespace = ctx.inv.allNamespaces ? undefined : ctx.namespace;
+  const runs = await ctx.cluster.listRuns(namespace);
+  if (ctx.inv.output === "json") {
+    ctx.io.out(`${JSON.stringify({ apiVersion: "v1", kind: "List", items: runs }, null, 2)}\n`);
+  } else if (runs.length === 0) {
+    ctx.io.err(namespace ? `No agentruns found in namespace "${namespace}".\n` : "No agentruns found.\n");
+  } else {
+    ctx.io.out(formatList(runs, { allNamespaces: ctx.inv.allNamespaces, wide: ctx.inv.output === "wide" }, ctx.now()));
+  }
+  return 0;
+}
+
+async function describe(ctx: Context): Promise<number> {
+  const run = await ctx.cluster.getRun(ctx.run, ctx.namespace);
+  const meta = metaOf(run);
+  const notes: string[] = [];
+  const url = ctx.databaseUrl;
+  const [events, history] = await Promise.all([
+    eventsOrNote(ctx, run, notes),
+    url
+      ? readLedger(url, { namespace: meta.namespace, name: meta.name }).then(
+          (h) => {
+            const mine = historyOfUid(h, meta.uid);
+            if (!mine) notes.push(`the ledger at ${ledgerName(url)} holds nothing for this run yet`);
+            return mine;
+          },
+          (err: unknown) => {
+            if (!(err instanceof LedgerError)) throw err;
+            notes.push(`ledger unavailable: ${err.message}`);
+            return undefined;
+          },
+        )
+      : undefined,
+  ]);
+  const sources = history ? "the ledger, status.transitions and Events" : "status.transitions and Events";
+  if (!url) notes.push("the full history needs the ledger: set DATABASE_URL or pass --database-url");
+  const timeline = mergeTimeline({ transitions: statusOf(run).transitions ?? [], events, ...(history ? { history } : {}) });
+  ctx.io.out(formatDescribe({ run, timeline, timelineSource: [sources, ...notes].join("; "), now: ctx.now() }));
+  return 0;
+}
+
+async function history(ctx: Context): Promise<number> {
+  const url = ctx.databaseUrl;
+  const notes: string[] = [];
+  if (url) {
+    // The ledger answers for runs the cluster no longer has, so it is asked first.
+    try {
+      const found = await readLedger(url, { namespace: ctx.namespace, name: ctx.run });
+      if (found) {
+        ctx.io.out(ctx.inv.output === "json" ? `${JSON.stringify(found, null, 2)}\n` : formatHistory(found));
+        return 0;
+      }
+      notes.push(`the ledger at ${ledgerName(url)} holds no history for ${ctx.namespace}/${ctx.run}`);
+    } catch (err) {
+      if (!(err instanceof LedgerError)) throw err;
+      ctx.io.err(`warning: ${err.message}; showing what the cluster still holds\n`);
+      notes.push(`the ledger could not be read`);
+    }
+  } else {
+    notes.push("the full history needs the ledger: set DATABASE_URL or pass --database-url");
+  }
+
+  const run = await ctx.cluster.getRun(ctx.run, ctx.namespace);
+  const meta = metaOf(run);
+  const events = await eventsOrNote(ctx, run, notes);
+  const transitions = statusOf(run).transitions ?? [];
+  const items: TimelineItem[] = mergeTimeline({ transitions, events });
+  const note = `Only what the cluster still holds: the latest ${transitions.length} status.transitions (status keeps at most 20) and the run's Events (the API server expires them); ${notes.join("; ")}.`;
+  if (ctx.inv.output === "json") {
+    ctx.io.out(`${JSON.stringify({ namespace: meta.namespace, name: meta.name, uid: meta.uid, source: "cluster", complete: false, note, timeline: items }, null, 2)}\n`);
+    return 0;
+  }
+  ctx.io.out(
+    [
+      `AgentRun ${meta.namespace}/${meta.name}  (uid ${meta.uid ?? "?"})`,
+      note,
+      "",
+      ...(items.length ? items.map(timelineLine) : ["(nothing recorded)"]),
+    ].join("\n") + "\n",
+  );
+  return 0;
+}
+
+/**
+ * Sets annotations after checking the run's state, with the run's resourceVersion as a
+ * precondition so that the check and the write see the same run; a conflict reads it again.
+ */
+async function annotateChecked(
+  ctx: Context,
+  check: (run: Json) => void,
+  annotations: (run: Json) => Record<string, string | null>,
+  precondition = true,
+): Promise<Json> {
+  for (let tries = 1; ; tries++) {
+    const run = await ctx.cluster.getRun(ctx.run, ctx.namespace);
+    check(run);
+    const metadata: Json = { annotations: annotations(run) };
+    if (precondition) metadata.resourceVersion = metaOf(run).resourceVersion;
+    try {
+      return await ctx.cluster.patchRun(ctx.run, { metadata }, ctx.namespace);
+    } catch (err) {
+      if (!isConflict(err) || tries >= 5) throw ctx.cluster.explain(err);
+    }
+  }
+}
+
+async function resume(ctx: Context): Promise<number> {
+  let value = "";
+  let phase: string | undefined;
+  await annotateChecked(
+    ctx,
+    (run) => {
+      const status = statusOf(run);
+      phase = status.phase;
+      if (!ctx.inv.force && status.phase !== "NeedsHumanIntervention") {
+        throw new CliError(
+          `agentrun "${ctx.run}" is ${phaseText(status)}, not NeedsHumanIntervention: resume only acts on a run that needs a person (--force sets ${ANNOTATIONS.resume} anyway)`,
+        );
+      }
+    },
+    (run) => {
+      // A resume takes effect when the value is new, so it must differ from the last one seen.
+      const previous = [metaOf(run).annotations?.[ANNOTATIONS.resume], statusOf(run).observedResume];
+      let at = ctx.now();
+      do value = new Date(at++).toISOString();
+      while (previous.includes(value));
+      return { [ANNOTATIONS.resume]: value };
+    },
+    !ctx.inv.force,
+  );
+  const effect =
+    phase === "NeedsHumanIntervention"
+      ? "the watchdog queues a new attempt with fresh budgets"
+      : `the run is ${phase ?? "not yet acted on"}, so the watchdog only records the value and does not restart it`;
+  ctx.io.out(`agentrun "${ctx.run}" resumed: ${ANNOTATIONS.resume}=${value}; ${effect}\n`);
+  return 0;
+}
+
+function requirePendingRequest(ctx: Context, run: Json, verb: string): void {
+  const status = statusOf(run);
+  if (status.phase !== "AwaitingReply") {
+    throw new CliError(`agentrun "${ctx.run}" is ${phaseText(status)}, not AwaitingReply: there is no request to ${verb}`);
+  }
+  // An answer set while no request is pending would be taken as the answer to the next one.
+  if (status.approval && status.approval.state !== "Pending") {
+    throw new CliError(`the request of agentrun "${ctx.run}" was already answered (${status.approval.state}); nothing is pending`);
+  }
+}
+
+async function approve(ctx: Context): Promise<number> {
+  const answer = ctx.inv.answer ?? "";
+  let released = false;
+  await annotateChecked(
+    ctx,
+    (run) => {
+      requirePendingRequest(ctx, run, "approve");
+      released = !statusOf(run).podName;
+    },
+    () => ({ [ANNOTATIONS.approve]: answer, [ANNOTATIONS.reject]: null }),
+  );
+  const next = released ? "a new sandbox resumes from the checkpoint" : "the sandbox carries on";
+  ctx.io.out(`agentrun "${ctx.run}" approved${answer ? ` with the answer ${JSON.stringify(answer)}` : ""}: ${ANNOTATIONS.approve} set; ${next}\n`);
+  return 0;
+}
+
+async function reject(ctx: Context): Promise<number> {
+  const reason = ctx.inv.reason ?? "";
+  await annotateChecked(
+    ctx,
+    (run) => requirePendingRequest(ctx, run, "reject"),
+    () => ({ [ANNOTATIONS.reject]: reason, [ANNOTATIONS.approve]: null }),
+  );
+  ctx.io.out(`agentrun "${ctx.run}" rejected${reason ? ` (${JSON.stringify(reason)})` : ""}: ${ANNOTATIONS.reject} set; the run ends as Failed\n`);
+  return 0;
+}
+
+async function setSuspend(ctx: Context, suspend: boolean): Promise<number> {
+  const run = await ctx.cluster.getRun(ctx.run, ctx.namespace);
+  const current = (run.spec as { suspend?: boolean } | undefined)?.suspend === true;
+  if (current === suspend) {
+    ctx.io.out(`agentrun "${ctx.run}" is already ${suspend ? "suspended" : "not suspended"}\n`);
+    return 0;
+  }
+  await ctx.cluster.patchRun(ctx.run, { spec: { suspend } }, ctx.namespace);
+  ctx.io.out(
+    suspend
+      ? `agentrun "${ctx.run}" suspended: its sandbox pod is removed, and no timer fires until it is unsuspended\n`
+      : `agentrun "${ctx.run}" unsuspended: it is queued as a new attempt\n`,
+  );
+  return 0;
+}
+
+function dispatch(ctx: Context): Promise<number> {
+  switch (ctx.inv.command) {
+    case "list":
+      return list(ctx);
+    case "describe":
+      return describe(ctx);
+    case "history":
+      return history(ctx);
+    case "resume":
+      return resume(ctx);
+    case "approve":
+      return approve(ctx);
+    case "reject":
+      return reject(ctx);
+    case "suspend":
+      return setSuspend(ctx, true);
+    case "unsuspend":
+      return setSuspend(ctx, false);
+  }
+}
+
+/** Runs one command; every failure becomes one line on stderr and exit code 1. */
+export async function execute(inv: Invocation, env: NodeJS.ProcessEnv, io: Io, now: () => number = Date.now): Promise<number> {
+  const ctx = new Context(inv, env, io, now);
+  try {
+    return await dispatch(ctx);
+  } catch (err) {
+    // Anything unforeseen still gets one line: a stack trace tells a kubectl user nothing.
+    const message = err instanceof CliError || err instanceof LedgerError ? err.message : explainFailure(err, "the API server");
+    io.err(`error: ${message}\n`);
+    return 1;
+  }
+}

@@ -1,0 +1,95 @@
+// The command line of kubectl agentrun: what each subcommand accepts, and how bad usage is told.
+import { describe, expect, it } from "vitest";
+import { COMMANDS, GENERAL_USAGE, parse, usage, UsageError, type Invocation } from "../../../operator/cli/plugin/args.ts";
+
+function invocation(...argv: string[]): Invocation {
+  const parsed = parse(argv);
+  if (!("invocation" in parsed)) throw new Error(`expected a command, got help: ${parsed.help.slice(0, 40)}`);
+  return parsed.invocation;
+}
+
+function usageError(...argv: string[]): UsageError {
+  try {
+    parse(argv);
+  } catch (err) {
+    if (err instanceof UsageError) return err;
+    throw err;
+  }
+  throw new Error(`expected a usage error for ${argv.join(" ")}`);
+}
+
+describe("parsing kubectl agentrun's arguments", () => {
+  it("parses list with its flags before or after the command, as kubectl does", () => {
+    expect(invocation("list")).toEqual({ command: "list", allNamespaces: false, output: "table", force: false });
+    expect(invocation("-n", "team-a", "list", "-o", "wide")).toMatchObject({ command: "list", namespace: "team-a", output: "wide" });
+    expect(invocation("list", "--namespace=team-a", "--output=json")).toMatchObject({ namespace: "team-a", output: "json" });
+    expect(invocation("list", "-A")).toMatchObject({ allNamespaces: true });
+    expect(invocation("list", "--all-namespaces", "--kubeconfig", "/k", "--context", "ctx")).toMatchObject({
+      allNamespaces: true,
+      kubeconfig: "/k",
+      context: "ctx",
+    });
+  });
+
+  it("parses each run command with its run and own flags", () => {
+    expect(invocation("describe", "r1", "--database-url", "postgres://u@h/db")).toMatchObject({ command: "describe", run: "r1", databaseUrl: "postgres://u@h/db" });
+    expect(invocation("history", "r1", "-o", "json")).toMatchObject({ command: "history", run: "r1", output: "json" });
+    expect(invocation("resume", "r1")).toMatchObject({ command: "resume", run: "r1", force: false });
+    expect(invocation("resume", "r1", "--force")).toMatchObject({ force: true });
+    expect(invocation("approve", "r1", "--answer", "ship it")).toMatchObject({ command: "approve", answer: "ship it" });
+    expect(invocation("reject", "r1", "--reason", "-1 is not a budget")).toMatchObject({ command: "reject", reason: "-1 is not a budget" });
+    expect(invocation("approve", "r1", "--answer=")).toMatchObject({ answer: "" });
+    expect(invocation("suspend", "r1", "-n", "ns")).toMatchObject({ command: "suspend", run: "r1", namespace: "ns" });
+    expect(invocation("unsuspend", "r1")).toMatchObject({ command: "unsuspend", run: "r1" });
+  });
+
+  it("gives help for every command, and general help", () => {
+    expect(parse(["--help"])).toEqual({ help: GENERAL_USAGE });
+    expect(parse(["help"])).toEqual({ help: GENERAL_USAGE });
+    for (const command of COMMANDS) {
+      const help = usage(command);
+      expect(help).toContain(`Usage: kubectl agentrun ${command}`);
+      expect(help).toContain("--namespace");
+      expect(parse([command, "--help"])).toEqual({ help });
+      expect(parse([command, "-h"])).toEqual({ help });
+      expect(parse(["help", command])).toEqual({ help });
+      expect(GENERAL_USAGE).toContain(`  ${command}`);
+    }
+    // help wins over anything else wrong on the line
+    expect(parse(["approve", "--help", "--force"])).toEqual({ help: usage("approve") });
+  });
+
+  it("rejects bad usage with a message naming what is wrong", () => {
+    const cases: [string[], string, string | undefined][] = [
+      [[], "no command given", undefined],
+      [["lsit"], 'unknown command "lsit"', undefined],
+      [["help", "nope"], 'unknown command "nope"', undefined],
+      [["describe"], "describe needs the name of a run", "describe"],
+      [["resume", "a", "b"], "resume takes one run, got 2: a b", "resume"],
+      [["list", "extra"], "list takes no arguments, got: extra", "list"],
+      [["list", "--bogus"], "unknown flag --bogus", "list"],
+      [["list", "--force"], "list does not take --force", "list"],
+      [["describe", "r", "-A"], "describe does not take -A", "describe"],
+      [["approve", "r", "--reason", "x"], "approve does not take --reason", "approve"],
+      [["list", "-n"], "-n needs a value", "list"],
+      [["list", "-n", "-A"], "-n needs a value", "list"],
+      [["list", "-o", "yaml"], 'unsupported output format "yaml" for list: use wide or json', "list"],
+      [["history", "r", "-o", "wide"], 'unsupported output format "wide" for history: use json', "history"],
+      [["describe", "r", "-o", "json"], "describe does not take -o", "describe"],
+      [["list", "-n", "Bad_NS"], '"Bad_NS" is not a valid namespace name', "list"],
+      [["describe", "../etc"], '"../etc" is not a valid run name', "describe"],
+      [["resume", "r", "--force=yes"], "--force takes no value", "resume"],
+    ];
+    for (const [argv, message, command] of cases) {
+      const err = usageError(...argv);
+      expect(err.message, argv.join(" ")).toContain(message);
+      expect(err.command, argv.join(" ")).toBe(command);
+    }
+  });
+
+  it("accepts run names that are DNS subdomains", () => {
+    expect(invocation("describe", "a.b-c.0")).toMatchObject({ run: "a.b-c.0" });
+    expect(usageError("describe", "A").message).toContain("not a valid run name");
+    expect(usageError("describe", "-r").message).toContain("unknown flag -r");
+  });
+});

@@ -31,7 +31,7 @@
 #                      agent-watchdog-samples)
 #   HELM_EXTRA_ARGS    more arguments for `helm upgrade --install`, split on
 #                      spaces (e.g. "--set replicaCount=2")
-#   E2E_TEST_COMMAND   the end-to-end suite (default `npm run test:e2e`), run
+#   E2E_TEST_COMMAND   the end-to-end suite (default `npm run test:kind`), run
 #                      from the repository root with KUBECONFIG and
 #                      AGENT_WATCHDOG_E2E_KUBECONFIG naming the kind cluster's
 #                      kubeconfig, AGENT_WATCHDOG_IMAGE the image and
@@ -66,7 +66,7 @@ CLUSTER="${KIND_CLUSTER_NAME:-agent-watchdog-e2e}"
 IMAGE="${IMAGE:-agent-watchdog:e2e}"
 RELEASE_NAMESPACE="${RELEASE_NAMESPACE:-agent-watchdog}"
 SAMPLES_NAMESPACE="${SAMPLES_NAMESPACE:-agent-watchdog-samples}"
-E2E_TEST_COMMAND="${E2E_TEST_COMMAND:-npm run test:e2e}"
+E2E_TEST_COMMAND="${E2E_TEST_COMMAND:-npm run test:kind}"
 E2E_TIMEOUT="${E2E_TIMEOUT:-300}"
 KUBECONFIG_PATH="$(aw_state_root)/kind/$CLUSTER.kubeconfig"
 

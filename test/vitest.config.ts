@@ -11,6 +11,8 @@ export default defineConfig({
         extends: true,
         test: {
           name: "unit",
+          // projects run one after another, so timing-sensitive suites never share the machine
+          sequence: { groupOrder: 0 },
           include: ["test/unit/**/*.test.ts"],
           // property tests run 1,000 cases per invariant
           testTimeout: 120_000,
@@ -20,6 +22,7 @@ export default defineConfig({
         extends: true,
         test: {
           name: "ledger",
+          sequence: { groupOrder: 1 },
           include: ["test/ledger/**/*.test.ts"],
           globalSetup: ["test/support/postgres-setup.ts"],
           testTimeout: 120_000,
@@ -32,6 +35,7 @@ export default defineConfig({
         extends: true,
         test: {
           name: "integration",
+          sequence: { groupOrder: 2 },
           include: ["test/integration/**/*.test.ts"],
           globalSetup: ["test/support/global-setup.ts", "test/support/postgres-setup.ts"],
           testTimeout: 120_000,
@@ -44,6 +48,7 @@ export default defineConfig({
         extends: true,
         test: {
           name: "chart",
+          sequence: { groupOrder: 3 },
           include: ["test/chart/**/*.test.ts"],
           globalSetup: ["test/chart/global-setup.ts"],
           testTimeout: 300_000,
@@ -55,6 +60,7 @@ export default defineConfig({
         extends: true,
         test: {
           name: "e2e",
+          sequence: { groupOrder: 4 },
           include: ["test/e2e/**/*.test.ts"],
           globalSetup: ["test/e2e/global-setup.ts"],
           testTimeout: 300_000,

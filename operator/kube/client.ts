@@ -33,6 +33,8 @@ export interface RequestOptions {
   body?: unknown;
   contentType?: string;
   signal?: AbortSignal;
+  /** Return the body as text (pod logs) instead of parsing JSON. */
+  text?: boolean;
 }
 
 /** Called after every request with its method and HTTP status (0 when it never got one). */
@@ -93,6 +95,7 @@ export class KubeClient {
       }
       code = response.status;
       const text = await response.text();
+      if (options.text && code >= 200 && code <= 299) return text as T;
       // Paths the server does not serve at all (an API group that is not installed) answer with
       // plain text, not a Status object; keep it as text so callers still get an ApiError.
       let body: unknown = text || undefined;

@@ -21,7 +21,7 @@
 // end-to-end tests drive exactly what the demo shows.
 import { spawn, type ChildProcess } from "node:child_process";
 import { closeSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
+import { freePort } from "./lib/free-port.ts";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
@@ -406,17 +406,6 @@ export async function freshNamespace(client: KubeClient, namespace: string, sign
       throw err;
     }
   }, signal);
-}
-
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {

@@ -234,7 +234,7 @@ cmd_env() {
 }
 
 usage() {
-	sed -n '/^# Usage:/,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2
+	aw_usage "${BASH_SOURCE[0]}"
 }
 
 main() {

@@ -117,3 +117,8 @@ aw_lock() {
 		flock "$fd"
 	fi
 }
+
+# Prints a script's "# Usage:" header comment (up to its `set -euo` line) to stderr.
+aw_usage() {
+	sed -n '/^# Usage:/,/^set -euo/p' "$1" | sed '$d; s/^# \{0,1\}//' >&2
+}

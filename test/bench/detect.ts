@@ -10,7 +10,7 @@
 import { execFileSync, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { createServer } from "node:net";
+import { freePort } from "../../hack/lib/free-port.ts";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { KubeConfig } from "@kubernetes/client-node";
@@ -56,14 +56,6 @@ async function until(description: string, probe: () => Promise<boolean>, timeout
     await new Promise((r) => setTimeout(r, 200));
   }
 }
-
-const freePort = () =>
-  new Promise<number>((resolve) => {
-    const s = createServer().listen(0, "127.0.0.1", () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
 
 function writes(metrics: string): number {
   let total = 0;

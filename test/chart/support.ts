@@ -9,8 +9,8 @@ import { fileURLToPath } from "node:url";
 import { KubeConfig } from "@kubernetes/client-node";
 import { afterAll, inject } from "vitest";
 import { parseAllDocuments, parse as parseYaml, stringify } from "yaml";
-import { ApiError, KubeClient, isNotFound, type Json } from "../../operator/kube/client.ts";
-import { waitFor } from "../support/wait.ts";
+import { ApiError, KubeClient, type Json } from "../../operator/kube/client.ts";
+import { newNamespace } from "../support/cluster.ts";
 
 export const root = fileURLToPath(new URL("../..", import.meta.url));
 export const chartDir = join(root, "charts/agent-watchdog");
@@ -183,22 +183,8 @@ export const RESTRICTED = {
 };
 
 /** A namespace that enforces the restricted Pod Security Standard, with its default ServiceAccount. */
-export async function restrictedNamespace(client: KubeClient, prefix: string): Promise<string> {
-  const name = `${prefix}-${randomBytes(3).toString("hex")}`;
-  await client.create("/api/v1/namespaces", {
-    apiVersion: "v1",
-    kind: "Namespace",
-    metadata: { name, labels: { "watchdog.dev/test": "chart", ...RESTRICTED } },
-  });
-  await waitFor(`ServiceAccount default in ${name}`, async () => {
-    try {
-      return await client.get(`/api/v1/namespaces/${name}/serviceaccounts/default`);
-    } catch (err) {
-      if (isNotFound(err)) return undefined;
-      throw err;
-    }
-  });
-  return name;
+export function restrictedNamespace(client: KubeClient, prefix: string): Promise<string> {
+  return newNamespace(client, prefix, { "watchdog.dev/test": "chart", ...RESTRICTED });
 }
 
 interface KubeconfigFile {

@@ -16,9 +16,9 @@ export function kube(): KubeClient {
 }
 
 /** Creates a namespace that pods can be created in (its default ServiceAccount exists). */
-export async function newNamespace(client: KubeClient, prefix: string): Promise<string> {
+export async function newNamespace(client: KubeClient, prefix: string, labels: Record<string, string> = { "watchdog.dev/test": "true" }): Promise<string> {
   const name = `${prefix}-${randomBytes(3).toString("hex")}`.slice(0, 63);
-  await client.create("/api/v1/namespaces", { apiVersion: "v1", kind: "Namespace", metadata: { name, labels: { "watchdog.dev/test": "true" } } });
+  await client.create("/api/v1/namespaces", { apiVersion: "v1", kind: "Namespace", metadata: { name, labels } });
   await waitFor(`ServiceAccount default in ${name}`, async () => {
     try {
       return await client.get(`/api/v1/namespaces/${name}/serviceaccounts/default`);

@@ -1,23 +1,14 @@
 // Starts the real operator (`node operator/cli/operator.ts`) as a child process against the test
 // control plane, scoped to the test's namespace, on free ports.
 import { spawn, type ChildProcess } from "node:child_process";
-import { createServer } from "node:net";
+import { freePort } from "../../hack/lib/free-port.ts";
 import { fileURLToPath } from "node:url";
 import { kubeconfigPath } from "./cluster.ts";
 import { waitFor } from "./wait.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
+export { freePort };
 
 export interface OperatorProcess {
   child: ChildProcess;

@@ -364,7 +364,20 @@ proc_start() {
 		sleep 0.01
 	done
 	[[ -s "$tmp" ]] || aw_die "could not start $name"
-	printf '%s %s\n' "$(cat "$tmp")" "$bin" >"$PID_DIR/$name"
+	local pid argv0
+	pid="$(cat "$tmp")"
+	# The pid is written by the wrapper shell just before it execs the
+	# component, and proc_alive identifies a process by its argv[0]. Until the
+	# exec has happened, the pid still names a bash, which a liveness check
+	# would take for a component that has died; so wait for the exec (or for
+	# the process to go away, which proc_alive then reports truthfully).
+	for ((i = 0; i < 500; i++)); do
+		argv0=""
+		IFS= read -r -d "" argv0 2>/dev/null <"/proc/$pid/cmdline" || [[ -n "$argv0" ]] || break
+		[[ "$argv0" == "$bin" ]] && break
+		sleep 0.01
+	done
+	printf '%s %s\n' "$pid" "$bin" >"$PID_DIR/$name"
 	rm -f "$tmp"
 	STARTED+=("$name")
 }

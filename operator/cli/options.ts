@@ -16,7 +16,7 @@ export const OperatorOptions = z.strictObject({
     .default("")
     .transform((s) => s.split(",").map((n) => n.trim()).filter(Boolean))
     .pipe(z.array(z.string().regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, "must be a namespace name"))),
-  concurrency: z.coerce.number().int("must be a whole number").min(1).max(256).default(4),
+  concurrency: z.coerce.number().int("must be a whole number").min(1).max(256).default(16),
   metricsBindAddress: bindAddress.default(":8080"),
   healthProbeBindAddress: bindAddress.default(":8081"),
   logLevel: z.enum(["trace", "debug", "info", "warn", "error", "fatal"]).default("info"),
@@ -44,7 +44,7 @@ export type OperatorOptions = z.output<typeof OperatorOptions>;
 export const USAGE = `Usage: agent-watchdog operator [flags]   (from a clone: npm start -- [flags])
 
   --namespaces=a,b                 namespaces to watch (default: all)      env WATCH_NAMESPACES
-  --concurrency=N                  concurrent reconciles (default 4)
+  --concurrency=N                  concurrent reconciles (default 16)
   --metrics-bind-address=ADDR      metrics endpoint (default :8080, 0 disables)
   --health-probe-bind-address=ADDR /healthz and /readyz (default :8081)
   --log-level=LEVEL                trace, debug, info, warn, error (default info)  env LOG_LEVEL

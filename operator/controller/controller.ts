@@ -176,15 +176,20 @@ export class Controller {
     const runName = meta.labels?.[LABELS.run];
     if (!runName) return;
     const key = keyOf(meta.namespace, runName);
-    let pods = this.podsByRun.get(key);
     if (event === "delete") {
-      pods?.delete(meta.name);
-      if (pods?.size === 0) this.podsByRun.delete(key);
+      this.forgetPod(key, meta.name);
     } else {
+      let pods = this.podsByRun.get(key);
       if (!pods) this.podsByRun.set(key, (pods = new Map()));
       pods.set(meta.name, pod);
     }
     if (event !== "resync") this.queue.add(key);
+  }
+
+  private forgetPod(key: string, name: string): void {
+    const pods = this.podsByRun.get(key);
+    pods?.delete(name);
+    if (pods?.size === 0) this.podsByRun.delete(key);
   }
 
   private cachedRun(key: string): Json | undefined {
@@ -244,6 +249,10 @@ export class Controller {
         this.wakeups.set(key, undefined);
         return "success";
       }
+      // The informer reports a confirmed deletion a moment later; until then the cache would
+      // show the pod, and the reconcile that the run's own status update triggers would read
+      // live again only to find nothing to do.
+      for (const pod of executed.deletedPods ?? []) this.forgetPod(key, pod);
       if (!isQuiet(plan)) log.info({ phase: plan.phase, summary: plan.summary }, "executed plan");
       this.count(plan, executed);
     }

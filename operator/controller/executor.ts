@@ -2,8 +2,12 @@
 // - a new sandbox pod is created only after a live list shows no other live pod of the run, and
 //   before the status that names it (a lost status write is repaired by adopting the pod);
 // - otherwise the status goes first, guarded by the resourceVersion the plan was made from, so a
-//   decision based on an old heartbeat loses to the newer heartbeat; pods are deleted after it.
-// Plans are always recomputed from a fresh read before they are executed.
+//   decision based on an old heartbeat loses to the newer heartbeat. Pod deletions come right
+//   after it (detection latency is measured to them), alongside the annotation write: the
+//   annotations mirror the status and every later decision re-diffs them, so either may land
+//   first. Events come last.
+// Plans are always recomputed from a fresh read (the run and its pods, fetched together) before
+// they are executed.
 import type { Logger } from "pino";
 import { LABELS } from "../api/annotations.ts";
 import type { InstallDefaults } from "../api/defaults.ts";
@@ -22,6 +26,8 @@ export interface Executed {
   gone?: boolean;
   /** When each planned pod deletion was confirmed by the API server (ms since epoch). */
   deletedAt?: number;
+  /** The pods the API server confirmed gone (or already gone), not ones replaced under the same name. */
+  deletedPods?: string[];
 }
 
 const MAX_CONFLICT_RETRIES = 5;
@@ -51,13 +57,16 @@ export class Executor {
   async execute(namespace: string, name: string, log: Logger): Promise<Executed> {
     for (let attempt = 0; ; attempt++) {
       let run: Json;
+      let pods: { items: Json[] };
       try {
-        run = await this.client.get(paths.run(namespace, name));
+        [run, pods] = await Promise.all([
+          this.client.get(paths.run(namespace, name)),
+          this.client.get<{ items: Json[] }>(paths.pods(namespace), { labelSelector: `${LABELS.run}=${name}` }),
+        ]);
       } catch (err) {
         if (isNotFound(err)) return { plan: { deletePods: [], events: [], metrics: [], phase: "Queued", summary: "run is gone" }, gone: true };
         throw err;
       }
-      const pods = await this.client.get<{ items: Json[] }>(paths.pods(namespace), { labelSelector: `${LABELS.run}=${name}` });
       const plan = decide({ run, pods: pods.items, now: this.clock(), defaults: this.defaults(), sandbox: this.sandbox });
       if (isQuiet(plan)) return { plan, run };
       try {
@@ -102,28 +111,39 @@ export class Executor {
       });
       result.run = current;
     }
-    if (plan.annotations) {
-      current = await this.client.mergePatch(paths.run(meta.namespace, meta.name), { metadata: { annotations: plan.annotations } });
-      result.run = current;
-    }
-    for (const deletion of plan.deletePods) {
+    const [, annotated] = await Promise.all([
+      this.deletePods(meta.namespace, plan.deletePods, log).then((deleted) => {
+        if (deleted) Object.assign(result, deleted);
+      }),
+      plan.annotations ? this.client.mergePatch(paths.run(meta.namespace, meta.name), { metadata: { annotations: plan.annotations } }) : undefined,
+    ]);
+    if (annotated) current = result.run = annotated;
+    for (const event of plan.events) await this.recorder.record(current, event);
+    return result;
+  }
+
+  /** Deletes the plan's pods at once (grace 0), and says when the last deletion was confirmed. */
+  private async deletePods(namespace: string, deletions: Plan["deletePods"], log: Logger): Promise<Pick<Executed, "deletedAt" | "deletedPods"> | undefined> {
+    if (deletions.length === 0) return undefined;
+    const gone: string[] = [];
+    for (const deletion of deletions) {
       try {
-        await this.client.delete(paths.pod(meta.namespace, deletion.name), {
+        await this.client.delete(paths.pod(namespace, deletion.name), {
           apiVersion: "v1",
           kind: "DeleteOptions",
           gracePeriodSeconds: 0,
           ...(deletion.uid ? { preconditions: { uid: deletion.uid } } : {}),
         });
         log.info({ pod: deletion.name }, "deleted sandbox pod");
+        gone.push(deletion.name);
       } catch (err) {
         // Gone already, or replaced by a newer pod of the same name (uid precondition): either way
         // the pod this plan meant is not running.
-        if (!isNotFound(err) && !isConflict(err)) throw err;
+        if (isNotFound(err)) gone.push(deletion.name);
+        else if (!isConflict(err)) throw err;
       }
-      result.deletedAt = this.clock();
     }
-    for (const event of plan.events) await this.recorder.record(current, event);
-    return result;
+    return { deletedAt: this.clock(), deletedPods: gone };
   }
 
   /** Creates an object the sandbox pod needs unless it already exists. */

@@ -114,7 +114,7 @@ describe("helm template with the default values", () => {
       leaderElectionNamespace: NS,
       leaderElectionId: `${RELEASE}.watchdog.dev`,
       namespaces: [],
-      concurrency: 4,
+      concurrency: 16,
       logLevel: "info",
       metricsBindAddress: ":8080",
       healthProbeBindAddress: ":8081",

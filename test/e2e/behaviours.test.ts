@@ -124,8 +124,11 @@ describe("every example behaviour on the real machinery", () => {
     expect(ended(name)).toEqual([`${name}-1`, `${name}-2`]);
     // The agent stopped heartbeating because it made no progress, which is what a hang is.
     expect(log(`${name}-2`)).toContain("no progress for longer than the progress timeout");
-    const warnings = (await events(name)).filter((e) => e.type === "Warning").map((e) => e.reason);
-    expect(warnings).toEqual(expect.arrayContaining(["HeartbeatTimeout", "RecoveryBudgetExhausted"]));
+    // Events are recorded after the status that ends the run, so wait for them.
+    await waitFor("its Warnings", async () => {
+      const warnings = new Set((await events(name)).filter((e) => e.type === "Warning").map((e) => e.reason));
+      return warnings.has("HeartbeatTimeout") && warnings.has("RecoveryBudgetExhausted");
+    });
   });
 
   it("crash: the failed pod is replaced at once within the allowance, and the next attempt resumes from the checkpoint", async () => {

@@ -74,15 +74,20 @@ describe("the watchdog against a real API server", () => {
     const deletedAt = Date.now();
     expect(deletedAt).toBeGreaterThanOrEqual(deadline - 1000);
 
-    const run = await getRun(client, ns, "hung");
-    expect(run.metadata.annotations["watchdog.dev/attempt"]).toBe("2");
+    // The status is the commit point and the pod goes right after it; the annotations mirror the
+    // status a write later.
+    const run = await waitFor("annotations of attempt 2", async () => {
+      const r = await getRun(client, ns, "hung");
+      return r.metadata.annotations?.["watchdog.dev/attempt"] === "2" ? r : undefined;
+    });
     const retryAfter = Date.parse(run.metadata.annotations["watchdog.dev/retry-after"]);
     expect(retryAfter).toBeGreaterThan(deadline);
     expect(run.metadata.annotations["watchdog.dev/backoff-reason"]).toBe("HeartbeatTimeout");
     expect(condition(run, "BackingOff")).toMatchObject({ status: "True", reason: "HeartbeatTimeout" });
     expect(run.status).toMatchObject({ phase: "Queued", attempt: 2, restarts: 1 });
-    const events = await listEvents(client, ns);
-    expect(events.some((e) => e.type === "Warning" && e.reason === "HeartbeatTimeout" && e.regarding.name === "hung")).toBe(true);
+    await waitFor("a HeartbeatTimeout Warning", async () =>
+      (await listEvents(client, ns)).some((e) => e.type === "Warning" && e.reason === "HeartbeatTimeout" && e.regarding.name === "hung"),
+    );
 
     const next = await podOf("hung", 2);
     expect(Date.parse(next.metadata.creationTimestamp)).toBeGreaterThanOrEqual(Math.floor(retryAfter / 1000) * 1000);
@@ -123,9 +128,8 @@ describe("the watchdog against a real API server", () => {
     const run = await phaseOf("loop", "NeedsHumanIntervention");
     expect(condition(run, "NeedsHumanIntervention")).toMatchObject({ status: "True", reason: "ToolLoop" });
     await waitFor("pod loop-1 deleted", async () => (await listPods(client, ns, "loop")).length === 0);
-    const events = await listEvents(client, ns);
-    expect(events.some((e) => e.reason === "ToolLoop" && e.type === "Warning")).toBe(true);
-    expect(await operator!.metrics()).toMatch(/watchdog_needs_human_intervention_total\{reason="ToolLoop"\} 1/);
+    await waitFor("a ToolLoop Warning", async () => (await listEvents(client, ns)).some((e) => e.reason === "ToolLoop" && e.type === "Warning"));
+    await waitFor("the ToolLoop intervention counted", async () => /watchdog_needs_human_intervention_total\{reason="ToolLoop"\} 1/.test(await operator!.metrics()));
   });
 
   it("uses the rate-limit backoff after a 429 and spends no restart, even at maxRestarts 0", async () => {
@@ -135,7 +139,11 @@ describe("the watchdog against a real API server", () => {
     await writeToolCalls(client, ns, "ratelimit", [failedCall("c1", 1, "llm", "h1", { message: "Too Many Requests", httpStatus: 429 })]);
     const crashedAt = Date.now();
     await setPodPhase(client, ns, pod.metadata.name, "Failed", 1);
-    const queued = await phaseOf("ratelimit", "Queued");
+    await phaseOf("ratelimit", "Queued");
+    const queued = await waitFor("the backoff annotations", async () => {
+      const r = await getRun(client, ns, "ratelimit");
+      return r.metadata.annotations?.["watchdog.dev/retry-after"] ? r : undefined;
+    });
     expect(queued.status.restarts).toBe(0);
     expect(queued.metadata.annotations["watchdog.dev/backoff-reason"]).toBe("RateLimited");
     // rateLimitBackoff.initial is 3s; the failure time is recorded rounded down and retry-after

@@ -108,6 +108,7 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
     shuttingDown = true;
     log.info({ signal }, "shutting down");
     await controller.stop();
+    await recorder.flush();
     await ledger?.close(5_000);
     await elector?.release();
     for (const server of servers) server?.close();

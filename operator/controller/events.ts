@@ -1,5 +1,7 @@
-// Events through events.k8s.io/v1, attached to the run. Best effort: an Event that cannot be
-// written is logged, never allowed to fail a reconcile.
+// Events through events.k8s.io/v1, attached to the run. Best effort, and asynchronous like
+// client-go's recorder: a reconcile hands its Events over and moves on, so a slow API server
+// delays the next kill by no Event write. One that cannot be written is logged, never allowed to
+// fail a reconcile; those still in flight at shutdown are waited for (flush).
 import { randomBytes } from "node:crypto";
 import type { Logger } from "pino";
 import { API_VERSION, KIND } from "../api/agentrun.ts";
@@ -24,7 +26,23 @@ export class EventRecorder {
     this.log = log;
   }
 
-  async record(run: Json, event: PlannedEvent, now = Date.now()): Promise<void> {
+  private readonly inFlight = new Set<Promise<void>>();
+
+  /** Sends the Event in the background. */
+  record(run: Json, event: PlannedEvent, now = Date.now()): void {
+    const sending = this.send(run, event, now).finally(() => this.inFlight.delete(sending));
+    this.inFlight.add(sending);
+  }
+
+  /** Waits for the Events handed over so far (at most `timeoutMs`). */
+  async flush(timeoutMs = 5_000): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutMs)));
+    await Promise.race([Promise.all(this.inFlight), timeout]);
+    clearTimeout(timer);
+  }
+
+  private async send(run: Json, event: PlannedEvent, now: number): Promise<void> {
     const meta = run.metadata as { name: string; namespace: string; uid?: string; resourceVersion?: string };
     const body = {
       apiVersion: "events.k8s.io/v1",

@@ -5,7 +5,7 @@
 //   decision based on an old heartbeat loses to the newer heartbeat. Pod deletions come right
 //   after it (detection latency is measured to them), alongside the annotation write: the
 //   annotations mirror the status and every later decision re-diffs them, so either may land
-//   first. Events come last.
+//   first. Events come last, sent in the background.
 // Plans are always recomputed from a fresh read (the run and its pods, fetched together) before
 // they are executed.
 import type { Logger } from "pino";
@@ -118,7 +118,7 @@ export class Executor {
       plan.annotations ? this.client.mergePatch(paths.run(meta.namespace, meta.name), { metadata: { annotations: plan.annotations } }) : undefined,
     ]);
     if (annotated) current = result.run = annotated;
-    for (const event of plan.events) await this.recorder.record(current, event);
+    for (const event of plan.events) this.recorder.record(current, event);
     return result;
   }
 

@@ -697,7 +697,37 @@ async function recentEvents(client: KubeClient, namespace: string): Promise<Even
 // ---------------------------------------------------------------------------------------------
 // the summary
 
-function summaryLines(samples: Sample[], runs: Run[], verdicts: Verdict[], emails: Map<string, number>): string[] {
+/** What the healthy run's sandbox SDK wrote, from the stats its agent logs when it completes. */
+interface SdkWrites {
+  run: string;
+  seconds: number;
+  writes: number;
+  heartbeatWrites: number;
+  heartbeatIntervalMs: number;
+}
+
+function sdkWrites(logDir: string, namespace: string, run: Run | undefined): SdkWrites | undefined {
+  if (!run?.status?.attempt) return undefined;
+  let text: string;
+  try {
+    text = readFileSync(join(logDir, `${namespace}_${run.metadata.name}-${run.status.attempt}.log`), "utf8");
+  } catch {
+    return undefined;
+  }
+  for (const line of text.split("\n").reverse()) {
+    if (!line.includes('"agent completed"')) continue;
+    try {
+      const { time, stats } = JSON.parse(line) as { time: string; stats: { writes: number; heartbeatWrites: number; heartbeatIntervalMs: number; startedAt: number } };
+      const seconds = (Date.parse(time) - stats.startedAt) / 1000;
+      return { run: run.metadata.name, seconds, writes: stats.writes, heartbeatWrites: stats.heartbeatWrites, heartbeatIntervalMs: stats.heartbeatIntervalMs };
+    } catch {
+      return undefined;
+    }
+  }
+  return undefined;
+}
+
+function summaryLines(samples: Sample[], runs: Run[], verdicts: Verdict[], emails: Map<string, number>, sdk?: SdkWrites): string[] {
   const lines: string[] = [];
   const list = (counts: Record<string, number>) =>
     Object.entries(counts)
@@ -743,6 +773,15 @@ function summaryLines(samples: Sample[], runs: Run[], verdicts: Verdict[], email
     const sent = emails.get(mailer.name) ?? 0;
     const verdict = sent === 1 ? green("exactly once") : red(`${sent} times`);
     row("e-mails in the outbox", sent, `${mailer.name} crashed after sending and sent again with the same key: delivered ${verdict}`);
+  }
+
+  if (sdk && sdk.seconds > 0) {
+    const perMinute = (n: number) => ((n * 60) / sdk.seconds).toFixed(1);
+    row(
+      "status writes by the healthy sandbox",
+      sdk.writes,
+      `${sdk.run} in ${sdk.seconds.toFixed(0)}s: ${sdk.heartbeatWrites} heartbeat-only (${perMinute(sdk.heartbeatWrites)}/min; at most one per ${sdk.heartbeatIntervalMs / 1000}s), the rest carried state changes, tool records and checkpoints`,
+    );
   }
 
   lines.push("", bold("How each behaviour ended"));
@@ -928,7 +967,9 @@ async function main(argv: string[]): Promise<number> {
     const context: JudgeContext = { emailsSent: (name) => emails.get(name) ?? 0, approvedAfterRelease: (name) => approved.has(name) };
     const verdicts = DEMO_RUNS.map((demo) => judge(demo, runs.find((r) => r.metadata.name === demo.name), context));
     const samples = parseMetrics(await (await fetch(operator.metricsUrl)).text());
-    for (const line of summaryLines(samples, runs, verdicts, emails)) process.stdout.write(`${line}\n`);
+    const healthy = runs.find((r) => r.metadata.name === DEMO_RUNS.find((d) => d.behaviour === "healthy")?.name);
+    const sdk = sdkWrites(join(demoDir, "sandboxes"), namespace, healthy);
+    for (const line of summaryLines(samples, runs, verdicts, emails, sdk)) process.stdout.write(`${line}\n`);
 
     const shown = DEMO_RUNS.find((r) => r.behaviour === "side-effect-then-crash");
     const shownRun = runs.find((r) => r.metadata.name === shown?.name);

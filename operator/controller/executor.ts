@@ -111,12 +111,11 @@ export class Executor {
       });
       result.run = current;
     }
-    const [, annotated] = await Promise.all([
-      this.deletePods(meta.namespace, plan.deletePods, log).then((deleted) => {
-        if (deleted) Object.assign(result, deleted);
-      }),
+    const [deleted, annotated] = await Promise.all([
+      this.deletePods(meta.namespace, plan.deletePods, log),
       plan.annotations ? this.client.mergePatch(paths.run(meta.namespace, meta.name), { metadata: { annotations: plan.annotations } }) : undefined,
     ]);
+    if (deleted) Object.assign(result, deleted);
     if (annotated) current = result.run = annotated;
     for (const event of plan.events) this.recorder.record(current, event);
     return result;

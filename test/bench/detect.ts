@@ -79,8 +79,9 @@ async function main(): Promise<void> {
   // Events keep the API server busy for a minute or more, which would be measured as ours.
   const earlier = async () =>
     (await client.get<{ items: { metadata: { name: string } }[] }>("/api/v1/namespaces")).items.map((n) => n.metadata.name).filter((n) => n.startsWith("bench-"));
-  if ((await earlier()).length > 0) {
-    log(`waiting for earlier bench namespaces to be deleted: ${(await earlier()).join(", ")}`);
+  const pending = await earlier();
+  if (pending.length > 0) {
+    log(`waiting for earlier bench namespaces to be deleted: ${pending.join(", ")}`);
     await until("earlier bench namespaces deleted", async () => (await earlier()).length === 0, 600_000);
   }
   const ns = `bench-${randomBytes(3).toString("hex")}`;

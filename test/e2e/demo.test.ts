@@ -7,7 +7,7 @@ import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { expect, it } from "vitest";
-import { DEMO_RUNS } from "../../hack/demo.ts";
+import { DEMO_RUNS } from "../../hack/demo/scenario.ts";
 import { stateRoot } from "../../hack/sandbox-runner.ts";
 import { kube } from "../support/cluster.ts";
 import { waitFor } from "../support/wait.ts";

@@ -6,7 +6,7 @@ import type { TestProject } from "vitest/node";
 // The provided keys are declared once, by the other suites' setups.
 import type {} from "../support/global-setup.ts";
 import type {} from "../support/postgres-setup.ts";
-import { applyCrds, clientFor, exported, runScript } from "../../hack/demo.ts";
+import { applyCrds, clientFor, exported, runScript } from "../../hack/demo/cluster.ts";
 
 async function up(script: string, args: string[], variable: string): Promise<string> {
   const { code, stdout } = await runScript(script, args);

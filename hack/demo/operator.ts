@@ -1,0 +1,86 @@
+// The operator as a local process, for the demo and the end-to-end tests, and its ledger's view
+// of a run.
+import { spawn, type ChildProcess } from "node:child_process";
+import { closeSync, openSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import type { RunHistory } from "../../operator/ledger/read.ts";
+import { freePort } from "../lib/free-port.ts";
+import { pollUntil } from "./cluster.ts";
+import type { Run } from "./driver.ts";
+
+const root = fileURLToPath(new URL("../..", import.meta.url));
+
+export interface OperatorHandle {
+  child: ChildProcess;
+  metricsUrl: string;
+  baseUrl: string;
+  logFile: string;
+  stop(): Promise<void>;
+}
+
+/** Starts `node operator/cli/operator.ts` for one namespace, with the ledger, logging to a file. */
+export async function startOperator(options: { kubeconfig: string; namespace: string; databaseUrl: string; logFile: string; signal?: AbortSignal }): Promise<OperatorHandle> {
+  const metricsPort = await freePort();
+  const healthPort = await freePort();
+  const fd = openSync(options.logFile, "a");
+  const env: NodeJS.ProcessEnv = { ...process.env, KUBECONFIG: options.kubeconfig };
+  delete env.POD_NAME;
+  delete env.DATABASE_URL;
+  const child = spawn(
+    process.execPath,
+    [
+      join(root, "operator/cli/operator.ts"),
+      `--namespaces=${options.namespace}`,
+      `--database-url=${options.databaseUrl}`,
+      `--metrics-bind-address=127.0.0.1:${metricsPort}`,
+      `--health-probe-bind-address=127.0.0.1:${healthPort}`,
+      "--log-level=info",
+    ],
+    // Its own process group: a Ctrl-C reaches the demo, which stops the operator in order.
+    { env, stdio: ["ignore", fd, fd], detached: true },
+  );
+  closeSync(fd);
+  const exited = new Promise<void>((resolve) => child.once("close", () => resolve()));
+  const handle: OperatorHandle = {
+    child,
+    baseUrl: `http://127.0.0.1:${metricsPort}`,
+    metricsUrl: `http://127.0.0.1:${metricsPort}/metrics`,
+    logFile: options.logFile,
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill("SIGTERM");
+      const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+  try {
+    await pollUntil("the operator to be ready", 60_000, async () => {
+      if (child.exitCode !== null) throw new Error(`the operator exited with ${child.exitCode}; see ${options.logFile}`);
+      const res = await fetch(`http://127.0.0.1:${healthPort}/readyz`).catch(() => undefined);
+      return res?.ok === true;
+    }, options.signal);
+  } catch (err) {
+    await handle.stop();
+    throw err;
+  }
+  return handle;
+}
+
+/** A run's history as the operator's ledger serves it, once it has caught up with the run. */
+export async function ledgerHistory(operatorUrl: string, run: Run, timeoutMs = 20_000): Promise<RunHistory | undefined> {
+  let history: RunHistory | undefined;
+  const want = (run.status?.transitions ?? []) as { phase: string }[];
+  try {
+    await pollUntil(`the ledger to hold ${run.metadata.name}'s history`, timeoutMs, async () => {
+      const res = await fetch(`${operatorUrl}/history?uid=${encodeURIComponent(run.metadata.uid)}`);
+      if (!res.ok) return false;
+      history = (await res.json()) as RunHistory;
+      return history.transitions.length >= want.length && history.transitions.at(-1)?.phase === run.status?.phase;
+    });
+  } catch {
+    // What the ledger has so far is still worth showing.
+  }
+  return history;
+}

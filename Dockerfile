@@ -1,5 +1,3 @@
-# syntax=docker/dockerfile:1
-#
 # One image for the operator and for sandbox pods running the example agent:
 #
 #   docker build -t agent-watchdog:dev .
@@ -7,26 +5,28 @@
 #   docker run --rm --read-only --tmpfs /tmp agent-watchdog:dev operator --help
 #
 # Node 24 runs the TypeScript sources directly (type stripping), so there is no compile step:
-# the image holds the sources, the generated CRDs and the production dependencies only.
+# the image holds the sources, the generated CRDs and the production dependencies only. The
+# runtime stage is distroless (Node, glibc, the CA bundle): no shell, no npm, no package manager
+# ever enters it, so none of their bytes are in the image. hack/images.sh builds this same file
+# with no registry, from local stand-ins for both base images.
 
 # ---- production dependencies ----------------------------------------------------------------
-FROM node:24-bookworm-slim AS deps
+FROM node:24.21.0-bookworm-slim AS deps
+# Where npm gets the packages from: a registry (a mirror, say), or only its cache
+# (hack/images.sh fills one on the host and builds with NPM_CONFIG_OFFLINE=true).
+ARG NPM_CONFIG_REGISTRY=https://registry.npmjs.org/
+ARG NPM_CONFIG_OFFLINE=false
+ARG NPM_CONFIG_CACHE=/tmp/npm-cache
 WORKDIR /app
 COPY package.json package-lock.json ./
 # --ignore-scripts: no production dependency needs an install script, and none should run.
 # Type declarations and source maps are of no use at run time and are a large part of the tree.
 RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund \
-    && find node_modules -type f \( -name '*.d.ts' -o -name '*.d.mts' -o -name '*.d.cts' -o -name '*.map' \) -delete \
+    && find node_modules -type f \( -name '*.d.ts' -o -name '*.d.mts' -o -name '*.d.cts' -o -name '*.map' -o -name '*.md' \) -delete \
     && rm -rf node_modules/@types
 
 # ---- runtime --------------------------------------------------------------------------------
-FROM node:24-bookworm-slim
-
-# npm, corepack and yarn are only needed to install; without them the image is smaller and has
-# less to patch.
-RUN rm -rf /usr/local/lib/node_modules/npm /usr/local/lib/node_modules/corepack \
-        /usr/local/bin/npm /usr/local/bin/npx /usr/local/bin/corepack \
-        /usr/local/bin/yarn /usr/local/bin/yarnpkg /opt/yarn-*
+FROM gcr.io/distroless/nodejs24-debian12:nonroot
 
 ARG VERSION=0.1.0
 ARG REVISION=unknown
@@ -35,7 +35,7 @@ LABEL org.opencontainers.image.title="agent-watchdog" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.base.name="docker.io/library/node:24-bookworm-slim"
+      org.opencontainers.image.base.name="gcr.io/distroless/nodejs24-debian12:nonroot"
 
 # Read-only root filesystem: nothing writes outside /tmp (mount an emptyDir or tmpfs there).
 # HOME points there too, so that nothing that looks for a home directory finds an unwritable one.
@@ -56,5 +56,5 @@ USER 65532:65532
 # metrics, probes
 EXPOSE 8080 8081
 
-ENTRYPOINT ["node", "/app/operator/cli/main.ts"]
+ENTRYPOINT ["/nodejs/bin/node", "/app/operator/cli/main.ts"]
 CMD ["operator"]

@@ -15,15 +15,27 @@
 #   build [--all] [TOOL...]  build missing binaries into the cache (default:
 #                            etcd and the kube components; --all adds kwok,
 #                            helm, promtool and kubectl)
-#   up [--nodes]             start the control plane (idempotent); --nodes (or
+#   up [--nodes|--kubelet]   start the control plane (idempotent); --nodes (or
 #                            CONTROL_PLANE_NODES=1) adds kube-scheduler, kwok
-#                            and one fake node. Prints `export KUBECONFIG=...`
-#   down                     stop everything `up` started and delete the state
+#                            and one fake node, for scale; --kubelet adds
+#                            kube-scheduler, containerd, runc, a CNI bridge and
+#                            one real kubelet node (root only), for fidelity:
+#                            containers really run. One cluster has one kind of
+#                            node. Prints `export KUBECONFIG=...`
+#   down                     stop everything `up` started, delete the state and
+#                            undo every change the real node made to the machine
 #   status                   show components; exit 0 only if the cluster is up
 #   env                      print export lines for a running cluster
+#   node-pause               stop the real node's kubelet (SIGSTOP): its
+#                            containers keep running while the API server hears
+#                            nothing from the node, as when it is cut off
+#   node-resume              resume it (SIGCONT) and wait for the node to be Ready
+#   node-expose PORT...      let the real node's pods reach a server on this
+#                            machine's loopback at 10.244.0.1:PORT (the ledger's
+#                            PostgreSQL, say); prints `export NODE_HOST_ADDRESS=...`
 #   bin TOOL                 print the path of a tool binary, building it if
 #                            needed (etcd, kube-apiserver, kube-controller-manager,
-#                            kube-scheduler, kwok, helm, promtool, kubectl)
+#                            kube-scheduler, kwok, helm, promtool, kubectl, kubelet)
 #
 # Stdout carries only results meant for `eval` or `$(...)`; everything else
 # goes to stderr.
@@ -69,9 +81,11 @@ KWOK_NODE_NAME=kwok-node-0
 # Order matters: start in this order, stop in reverse.
 CORE_COMPONENTS=(etcd kube-apiserver kube-controller-manager)
 NODE_COMPONENTS=(kube-scheduler kwok)
+# shellcheck source=hack/lib/node.sh
+source "$HACK_DIR/lib/node.sh"
 
 DEFAULT_TOOLS=(etcd kube-apiserver kube-controller-manager kube-scheduler)
-ALL_TOOLS=("${DEFAULT_TOOLS[@]}" kwok helm promtool kubectl)
+ALL_TOOLS=("${DEFAULT_TOOLS[@]}" kwok helm promtool kubectl kubelet)
 
 # ---------------------------------------------------------------------------
 # Tool versions and build recipes. The versions come from the wrapper modules'
@@ -106,7 +120,7 @@ tool_recipe() {
 		TOOL_VERSION="$(gomod_version etcd go.etcd.io/etcd/server/v3)"
 		TOOL_CACHE_KEY="etcd-$TOOL_VERSION"
 		;;
-	kube-apiserver | kube-controller-manager | kube-scheduler | kubectl)
+	kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | kubelet)
 		TOOL_MODULE_DIR=kube
 		TOOL_PACKAGE="k8s.io/kubernetes/cmd/$tool"
 		TOOL_VERSION="$(gomod_version kube k8s.io/kubernetes)"
@@ -152,7 +166,7 @@ tool_ldflags() {
 	etcd)
 		# etcd's version string is a constant in its source: nothing to stamp.
 		;;
-	kube-apiserver | kube-controller-manager | kube-scheduler | kubectl)
+	kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | kubelet)
 		# Without these every component reports v0.0.0-master, which breaks
 		# `kubectl version`, version-skew checks and anything that parses
 		# /version. The release commit is not knowable from a module
@@ -532,7 +546,9 @@ ensure_pki() {
 	# same file (it accepts a private key and uses its public half, but only
 	# in the SEC1 "EC PRIVATE KEY" encoding, hence ecparam, not genpkey).
 	openssl ecparam -name prime256v1 -genkey -noout -out "$PKI/service-account.key" 2>/dev/null
-	[[ -s "$PKI/apiserver.crt" && -s "$PKI/front-proxy-client.crt" && -s "$PKI/service-account.key" ]] ||
+	# The API server's identity towards kubelets (logs, exec), bound to system:kubelet-api-admin.
+	issue_cert apiserver-kubelet-client "/CN=kube-apiserver-kubelet-client" client
+	[[ -s "$PKI/apiserver.crt" && -s "$PKI/front-proxy-client.crt" && -s "$PKI/service-account.key" && -s "$PKI/apiserver-kubelet-client.crt" ]] ||
 		aw_die "generating certificates failed (OpenSSL 3 is required; found: $(openssl version))"
 	: >"$PKI/done"
 }
@@ -617,12 +633,12 @@ default_service_account_exists() {
 	[[ "$(api_status "https://127.0.0.1:$APISERVER_PORT/api/v1/namespaces/default/serviceaccounts/default")" == 200 ]]
 }
 
-node_ready() {
+node_ready_named() {
 	local json
-	json="$(api "https://127.0.0.1:$APISERVER_PORT/api/v1/nodes/$KWOK_NODE_NAME" 2>/dev/null)" || return 1
+	json="$(api "https://127.0.0.1:$APISERVER_PORT/api/v1/nodes/$1" 2>/dev/null)" || return 1
 	# Go's encoder writes condition fields in declaration order (type, then
 	# status), and the apiserver does not pretty-print for this user agent.
-	[[ "$json" == *'{"type":"Ready","status":"True"'* && "$json" != *'node.kubernetes.io/not-ready'* ]]
+	[[ "$json" == *'{"type":"Ready","status":"True"'* && "$json" != *'node.kubernetes.io/not-ready'* && "$json" != *'node.kubernetes.io/unreachable'* ]]
 }
 
 # The fake node. Created with its status (the API allows status on create) and
@@ -688,9 +704,10 @@ start_component() {
 			--log-level=warn
 		;;
 	kube-apiserver)
-		# Admission plugins are left at their defaults on purpose (the
-		# ServiceAccount plugin and ValidatingAdmissionPolicy must behave as
-		# in production). The kubernetes Service gets no endpoints: the
+		# Admission plugins are the defaults plus NodeRestriction, as
+		# kubeadm sets them (the ServiceAccount plugin and
+		# ValidatingAdmissionPolicy must behave as in production, and a
+		# real node may only touch its own objects). The kubernetes Service gets no endpoints: the
 		# only address we could advertise is loopback, which Endpoints
 		# reject, and nothing in the cluster could route to it anyway.
 		proc_start kube-apiserver "$bin" \
@@ -709,6 +726,11 @@ start_component() {
 			--proxy-client-cert-file="$PKI/front-proxy-client.crt" \
 			--proxy-client-key-file="$PKI/front-proxy-client.key" \
 			--authorization-mode=Node,RBAC \
+			--enable-admission-plugins=NodeRestriction \
+			--kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" \
+			--kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+			--kubelet-certificate-authority="$PKI/ca.crt" \
+			--kubelet-preferred-address-types=InternalIP,Hostname,InternalDNS,ExternalDNS,ExternalIP \
 			--service-account-issuer="https://127.0.0.1:$APISERVER_PORT" \
 			--api-audiences="https://127.0.0.1:$APISERVER_PORT" \
 			--service-account-key-file="$PKI/service-account.key" \
@@ -828,9 +850,10 @@ cluster_up() {
 		up_and_healthy "$name" || return 1
 	done
 	if [[ -e "$STATE_DIR/nodes" ]]; then
-		for name in "${NODE_COMPONENTS[@]}"; do
-			up_and_healthy "$name" || return 1
-		done
+		nodes_up || return 1
+	fi
+	if [[ -e "$STATE_DIR/kubelet" ]]; then
+		kubelet_up || return 1
 	fi
 }
 
@@ -842,23 +865,39 @@ nodes_up() {
 	done
 }
 
+kubelet_up() {
+	[[ -e "$STATE_DIR/kubelet" ]] && load_node_ports && up_and_healthy kube-scheduler || return 1
+	proc_alive containerd && node_healthy containerd && proc_alive kubelet && ! kubelet_paused && node_healthy kubelet && node_ready
+}
+
 STARTED=()
 cmd_up() {
-	local with_nodes=0 arg
+	local with_nodes=0 with_kubelet=0 arg
 	[[ "${CONTROL_PLANE_NODES:-0}" == 1 ]] && with_nodes=1
 	for arg in "$@"; do
 		case "$arg" in
 		--nodes) with_nodes=1 ;;
+		--kubelet) with_kubelet=1 ;;
 		*) aw_die "unknown option $arg" ;;
 		esac
 	done
+	((with_nodes && with_kubelet)) && aw_die "--nodes and --kubelet give different clusters; choose one"
 	command -v openssl >/dev/null 2>&1 || aw_die "openssl is required"
 	command -v curl >/dev/null 2>&1 || aw_die "curl is required"
 
 	aw_lock "$STATE_ROOT/control-plane.lock" 9
+	# One cluster has one kind of node: pods without a node selector must land where the suites
+	# that use this cluster expect them.
+	if ((with_kubelet)) && [[ -e "$STATE_DIR/nodes" ]]; then
+		aw_die "this cluster runs the kwok node (up --nodes); 'hack/control-plane.sh down' first, or use another AGENT_WATCHDOG_STATE for the real node"
+	fi
+	if ((with_nodes)) && [[ -e "$STATE_DIR/kubelet" ]]; then
+		aw_die "this cluster runs the real node (up --kubelet); 'hack/control-plane.sh down' first, or use another AGENT_WATCHDOG_STATE for kwok"
+	fi
+	((with_kubelet)) && node_require
 	local start
 	start="$(aw_now_ms)"
-	if cluster_up && { ((with_nodes == 0)) || nodes_up; }; then
+	if cluster_up && { ((with_nodes == 0)) || nodes_up; } && { ((with_kubelet == 0)) || kubelet_up; }; then
 		aw_log "already up"
 		print_env
 		return 0
@@ -867,15 +906,17 @@ cmd_up() {
 	# Builds (only on a machine's first run) happen before anything starts.
 	local components=("${CORE_COMPONENTS[@]}") name path
 	((with_nodes)) && components+=("${NODE_COMPONENTS[@]}")
+	((with_kubelet)) && components+=(kube-scheduler)
 	declare -gA BIN=()
 	for name in "${components[@]}"; do
 		BIN[$name]="$(resolve_bin "$name")"
 	done
+	((with_kubelet)) && BIN[kubelet]="$(resolve_bin kubelet)"
 
 	# Certificates, keys and etcd data are nobody else's business.
 	umask 077
 	mkdir -p "$STATE_DIR/bin" "$PID_DIR" "$LOG_DIR"
-	for name in "${components[@]}"; do
+	for name in "${!BIN[@]}"; do
 		ln -sfn "${BIN[$name]}" "$STATE_DIR/bin/$name"
 	done
 	ensure_ports
@@ -893,7 +934,7 @@ cmd_up() {
 	proc_alive kube-apiserver || start_component kube-apiserver
 	# Offer the remaining tools through CONTROL_PLANE_BIN when they are
 	# already built, without paying for building them.
-	for name in kwok kube-scheduler helm promtool kubectl; do
+	for name in kwok kube-scheduler helm promtool kubectl kubelet; do
 		if [[ ! -e "$STATE_DIR/bin/$name" ]] && path="$(existing_bin "$name")"; then
 			ln -sfn "$path" "$STATE_DIR/bin/$name"
 		fi
@@ -917,8 +958,12 @@ cmd_up() {
 		wait_or_fail "kube-scheduler /healthz" healthy kube-scheduler
 		wait_or_fail "kwok /healthz" healthy kwok
 		create_node
-		wait_or_fail "node $KWOK_NODE_NAME to be Ready" node_ready
+		wait_or_fail "node $KWOK_NODE_NAME to be Ready" node_ready_named "$KWOK_NODE_NAME"
 		: >"$STATE_DIR/nodes"
+	fi
+	if ((with_kubelet)); then
+		wait_or_fail "kube-scheduler /healthz" healthy kube-scheduler
+		node_up
 	fi
 	aw_log "control plane up in $(aw_since "$start") (state: $STATE_DIR)"
 	print_env
@@ -932,6 +977,9 @@ cmd_down() {
 	fi
 	local start
 	start="$(aw_now_ms)"
+	# The real node first: its containers must stop before anything they talk to does, and what
+	# it changed on the machine is undone while its records are still in the state dir.
+	node_down
 	# Clients first, so nothing logs errors about a vanished apiserver, and
 	# etcd last.
 	proc_stop kwok kube-scheduler kube-controller-manager
@@ -951,6 +999,7 @@ cmd_status() {
 	fi
 	local name state rc=0 components=("${CORE_COMPONENTS[@]}")
 	[[ -e "$STATE_DIR/nodes" || -e "$PID_DIR/kwok" ]] && components+=("${NODE_COMPONENTS[@]}")
+	[[ -e "$STATE_DIR/kubelet" || -e "$PID_DIR/kubelet" ]] && components+=(kube-scheduler)
 	for name in "${components[@]}"; do
 		if proc_alive "$name"; then
 			if healthy "$name"; then state=healthy; else state=unhealthy rc=1; fi
@@ -960,6 +1009,10 @@ cmd_status() {
 			rc=1
 		fi
 	done
+	if [[ -e "$STATE_DIR/kubelet" || -e "$PID_DIR/kubelet" ]]; then
+		load_node_ports || true
+		node_status || rc=1
+	fi
 	if ((rc == 0)); then
 		echo "control plane: up (KUBECONFIG=$KUBECONFIG_PATH)"
 	else
@@ -991,6 +1044,9 @@ main() {
 	down) cmd_down "$@" ;;
 	status) cmd_status "$@" >&3 ;;
 	env) cmd_env "$@" ;;
+	node-pause) cmd_node_pause "$@" ;;
+	node-resume) cmd_node_resume "$@" ;;
+	node-expose) cmd_node_expose "$@" ;;
 	bin) cmd_bin "$@" ;;
 	help | -h | --help) usage ;;
 	*)

@@ -137,10 +137,13 @@ initialize() {
 		full_page_writes = off
 	EOF
 	# First match wins: the superuser only over the private socket, the
-	# watchdog role on loopback, nothing else.
+	# watchdog role on loopback and from the pods of the real node
+	# (hack/control-plane.sh up --kubelet; they reach this loopback server
+	# through `hack/control-plane.sh node-expose`), nothing else.
 	"${AS_PG[@]}" tee "$DATA_DIR/pg_hba.conf" >/dev/null <<-EOF
 		local all postgres trust
 		host all $DB_USER 127.0.0.1/32 trust
+		host all $DB_USER 10.244.0.0/24 trust
 	EOF
 	# Single-user mode creates the role and database before the server ever
 	# listens, so no client ever sees a half-initialised server.

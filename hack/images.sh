@@ -5,9 +5,10 @@
 #
 # Usage: hack/images.sh [--no-import] [--size]
 #
-#   (default)    build what is missing (cached by the hash of its inputs), import the images into
+#   (default)    build what is missing (cached by the hash of its inputs), import the image into
 #                the real node of the cluster in AGENT_WATCHDOG_STATE when one runs
-#                (hack/control-plane.sh up --kubelet), and print the project image's reference
+#                (hack/control-plane.sh up --kubelet), also as agent-watchdog:<version> (the name
+#                the samples use), and print the project image's reference
 #   --no-import  build only
 #   --size       also print the project image's size in bytes on a second line
 #
@@ -254,13 +255,17 @@ import_into_node() {
 		aw_log "no real node in the cluster at $(aw_state_root) (hack/control-plane.sh up --kubelet); not importing"
 		return 0
 	fi
-	if ctr --address "$sock" --namespace k8s.io images ls -q 2>/dev/null | grep -qxF "$ref"; then
-		return 0
+	if ! ctr --address "$sock" --namespace k8s.io images ls -q 2>/dev/null | grep -qxF "$ref"; then
+		local start
+		start="$(aw_now_ms)"
+		ctr --address "$sock" --namespace k8s.io images import "$(archive_of "$ref")" >&2 || aw_die "importing $ref into the node failed"
+		aw_log "imported $ref into the node in $(aw_since "$start")"
 	fi
-	local start
-	start="$(aw_now_ms)"
-	ctr --address "$sock" --namespace k8s.io images import "$(archive_of "$ref")" >&2 || aw_die "importing $ref into the node failed"
-	aw_log "imported $ref into the node in $(aw_since "$start")"
+	# The name the samples and the README use (agent-watchdog:<version>) names this build too.
+	local alias="docker.io/library/agent-watchdog:${ref##*:}"
+	alias="${alias%-*}"
+	ctr --address "$sock" --namespace k8s.io images tag --force "$ref" "$alias" >/dev/null ||
+		aw_die "tagging $ref as $alias failed"
 }
 
 # The image's size in bytes: its uncompressed layers, as `docker images` counts them, which is
@@ -295,7 +300,9 @@ main() {
 		esac
 	done
 	require
-	mkdir -p "$IMAGES_DIR"
+	# Made here, not by buildah, which would make the state root private to root, and other
+	# scripts' servers (PostgreSQL runs as its own user) must traverse it.
+	mkdir -p "$IMAGES_DIR" "$(aw_state_root)/buildah-run"
 	aw_lock "$IMAGES_DIR/.lock" 8
 	write_config
 	build_deps_base

@@ -68,6 +68,32 @@ export default defineConfig({
           fileParallelism: false,
         },
       },
+      {
+        extends: true,
+        test: {
+          // Real pods on a real kubelet node, in a cluster of its own (hack/control-plane.sh up
+          // --kubelet): containers really run, and what runs is checked on the node itself.
+          name: "node",
+          sequence: { groupOrder: 5 },
+          include: ["test/node/**/*.test.ts"],
+          exclude: ["test/node/cleanup.test.ts"],
+          globalSetup: ["test/node/global-setup.ts", "test/support/postgres-setup.ts"],
+          testTimeout: 300_000,
+          hookTimeout: 300_000,
+          fileParallelism: false,
+        },
+      },
+      {
+        extends: true,
+        test: {
+          // Last, when nothing else needs the node: down must leave the machine as it found it.
+          name: "node-cleanup",
+          sequence: { groupOrder: 6 },
+          include: ["test/node/cleanup.test.ts"],
+          testTimeout: 300_000,
+          hookTimeout: 300_000,
+        },
+      },
     ],
   },
 });

@@ -11,9 +11,16 @@ import { APPLY_PATCH, KubeClient, isNotFound, type Json } from "../../operator/k
 const root = fileURLToPath(new URL("../..", import.meta.url));
 
 /** Runs a hack/ script; its progress goes to our stderr, its stdout is returned. */
-export function runScript(script: string, args: string[], options: { quiet?: boolean } = {}): Promise<{ code: number; stdout: string }> {
+export function runScript(
+  script: string,
+  args: string[],
+  options: { quiet?: boolean; env?: Record<string, string> } = {},
+): Promise<{ code: number; stdout: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn("bash", [join(root, "hack", script), ...args], { stdio: ["ignore", "pipe", options.quiet ? "ignore" : "inherit"] });
+    const child = spawn("bash", [join(root, "hack", script), ...args], {
+      stdio: ["ignore", "pipe", options.quiet ? "ignore" : "inherit"],
+      env: { ...process.env, ...options.env },
+    });
     let stdout = "";
     child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()));
     child.once("error", reject);
@@ -63,8 +70,14 @@ export async function applyCrds(client: KubeClient, timeoutMs = 60_000): Promise
   });
 }
 
+/** Labels that make a namespace enforce the restricted Pod Security Standard. */
+export const RESTRICTED_NAMESPACE = {
+  "pod-security.kubernetes.io/enforce": "restricted",
+  "pod-security.kubernetes.io/enforce-version": "latest",
+};
+
 /** Deletes the namespace if it exists and waits until it is gone, then creates it afresh. */
-export async function freshNamespace(client: KubeClient, namespace: string, signal?: AbortSignal): Promise<void> {
+export async function freshNamespace(client: KubeClient, namespace: string, signal?: AbortSignal, labels: Record<string, string> = {}): Promise<void> {
   try {
     await client.delete(`/api/v1/namespaces/${namespace}`);
     await pollUntil(`namespace ${namespace} from an earlier demo to be deleted`, 180_000, async () => {
@@ -79,7 +92,7 @@ export async function freshNamespace(client: KubeClient, namespace: string, sign
   } catch (err) {
     if (!isNotFound(err)) throw err;
   }
-  await client.create("/api/v1/namespaces", { apiVersion: "v1", kind: "Namespace", metadata: { name: namespace } });
+  await client.create("/api/v1/namespaces", { apiVersion: "v1", kind: "Namespace", metadata: { name: namespace, labels } });
   // Pods are refused until the namespace's default ServiceAccount exists.
   await pollUntil(`the default ServiceAccount in ${namespace}`, 60_000, async () => {
     try {

@@ -71,7 +71,17 @@ export const EXAMPLE_ENV = {
 export const APPROVAL_ANSWER = "ship it";
 export const DEFAULT_NAMESPACE = "agent-watchdog-demo";
 
-export function manifestFor(run: DemoRun): Json {
+/** How sandboxes run: on the local sandbox runner (the default) or in real pods of an image. */
+export interface SandboxOptions {
+  /** The image of the sandbox pods. Default agent-watchdog:0.1.0 (the runner ignores it). */
+  image?: string;
+  /** Environment of the agent container (a real pod gets nothing from the runner). */
+  env?: Record<string, string>;
+}
+
+export function manifestFor(run: DemoRun, sandbox: SandboxOptions = {}): Json {
+  const container: Json = { name: "agent", image: sandbox.image ?? "agent-watchdog:0.1.0", args: ["example-agent"] };
+  if (sandbox.env) container.env = Object.entries(sandbox.env).map(([name, value]) => ({ name, value }));
   return {
     apiVersion: "watchdog.dev/v1alpha1",
     kind: "AgentRun",
@@ -79,12 +89,12 @@ export function manifestFor(run: DemoRun): Json {
     spec: {
       // The example agent takes its behaviour from the goal.
       goal: run.behaviour,
-      template: { spec: { containers: [{ name: "agent", image: "agent-watchdog:0.1.0", args: ["example-agent"] }] } },
+      template: { spec: { containers: [container] } },
       watchdog: run.watchdog,
     },
   };
 }
 
-export async function applyRuns(client: KubeClient, namespace: string, runs: readonly DemoRun[] = DEMO_RUNS): Promise<void> {
-  for (const run of runs) await client.create(paths.runs(namespace), manifestFor(run));
+export async function applyRuns(client: KubeClient, namespace: string, runs: readonly DemoRun[] = DEMO_RUNS, sandbox: SandboxOptions = {}): Promise<void> {
+  for (const run of runs) await client.create(paths.runs(namespace), manifestFor(run, sandbox));
 }

@@ -1,7 +1,5 @@
 // The demo's summary: what the watchdog did, from the operator's metrics, the outbox and the
 // healthy sandbox's own account of its writes, and how each behaviour ended.
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
 import type { Run } from "./driver.ts";
 import type { Verdict } from "./judge.ts";
 import { byLabel, total, type Sample } from "./prometheus.ts";
@@ -18,14 +16,9 @@ export interface SdkWrites {
   heartbeatIntervalMs: number;
 }
 
-export function sdkWrites(logDir: string, namespace: string, run: Run | undefined): SdkWrites | undefined {
-  if (!run?.status?.attempt) return undefined;
-  let text: string;
-  try {
-    text = readFileSync(join(logDir, `${namespace}_${run.metadata.name}-${run.status.attempt}.log`), "utf8");
-  } catch {
-    return undefined;
-  }
+/** From the log of the run's last sandbox (its pod's log, or the local runner's log file). */
+export function sdkWrites(run: Run | undefined, text: string | undefined): SdkWrites | undefined {
+  if (!run || text === undefined) return undefined;
   for (const line of text.split("\n").reverse()) {
     if (!line.includes('"agent completed"')) continue;
     try {

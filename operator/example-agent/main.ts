@@ -20,7 +20,8 @@
 //
 // The behaviour is env EXAMPLE_BEHAVIOUR, else the run's spec.goal when it names one, else healthy.
 // Timings (for fast tests): EXAMPLE_STEPS (3), EXAMPLE_STEP_DELAY_MS (1000), EXAMPLE_LOOP_DELAY_MS
-// (500), EXAMPLE_MAX_LOOPS (50), EXAMPLE_RETRY_AFTER_SECONDS (5), EXAMPLE_OUTBOX_DIR (a temp dir).
+// (500), EXAMPLE_MAX_LOOPS (50), EXAMPLE_RETRY_AFTER_SECONDS (5). The outbox: EXAMPLE_OUTBOX_URL
+// (a shared outbox service, for pods) or EXAMPLE_OUTBOX_DIR (a directory; default a temp dir).
 //
 // Run it as `node operator/example-agent/main.ts` with WATCHDOG_RUN_NAME, WATCHDOG_RUN_NAMESPACE,
 // WATCHDOG_ATTEMPT and a kubeconfig (or in-cluster credentials).
@@ -28,7 +29,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { z } from "zod";
 import { createLogger } from "../log.ts";
 import { ToolError, runAgent, type Sandbox, type StreamHandle, type ToolOutcome } from "../sandbox/index.ts";
-import { Outbox, defaultOutboxDir } from "./outbox.ts";
+import { HttpOutbox, Outbox, defaultOutboxDir, type Mailer } from "./outbox.ts";
 
 const BEHAVIOURS = [
   "healthy",
@@ -59,7 +60,11 @@ const settings = {
   maxLoops: intEnv("EXAMPLE_MAX_LOOPS", 50),
   retryAfterSeconds: intEnv("EXAMPLE_RETRY_AFTER_SECONDS", 5),
   outboxDir: process.env.EXAMPLE_OUTBOX_DIR || defaultOutboxDir(),
+  outboxUrl: process.env.EXAMPLE_OUTBOX_URL,
 };
+
+/** Pods of different attempts share no filesystem: there the outbox is a service. */
+const mailer = (): Mailer => (settings.outboxUrl ? new HttpOutbox(settings.outboxUrl) : new Outbox(settings.outboxDir));
 
 const isBehaviour = (value: string | undefined): value is Behaviour => (BEHAVIOURS as readonly string[]).includes(value ?? "");
 
@@ -186,7 +191,7 @@ const behaviours: Record<Behaviour, (sandbox: Sandbox) => Promise<void>> = {
   },
 
   async "side-effect-then-crash"(sandbox) {
-    const outbox = new Outbox(settings.outboxDir);
+    const outbox = mailer();
     const EmailArgs = z.strictObject({ to: z.email(), subject: z.string().min(1), body: z.string() });
     const email = { to: "ops@example.com", subject: `Report for ${sandbox.runName}`, body: "All checks passed." };
     const outcome = await sandbox.tool(

@@ -4,6 +4,7 @@
 // name exists: an atomic create-if-absent that never exposes a half-written file. A repeated
 // request with the same key gets the saved receipt instead of a second e-mail.
 import { randomBytes } from "node:crypto";
+import { createServer, type Server } from "node:http";
 import { link, mkdir, readFile, readdir, unlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -25,7 +26,7 @@ export function defaultOutboxDir(): string {
   return join(tmpdir(), "agent-watchdog-outbox");
 }
 
-export class Outbox {
+export class Outbox implements Mailer {
   readonly dir: string;
   constructor(dir: string) {
     this.dir = dir;
@@ -65,4 +66,59 @@ export class Outbox {
     }
     return out;
   }
+}
+
+/** Where the example agent sends e-mail: a directory it shares with earlier attempts, or a service. */
+export interface Mailer {
+  send(idempotencyKey: string, email: Email): Promise<Receipt>;
+}
+
+/**
+ * The same outbox seen from another machine: sandbox pods, each with a filesystem of its own,
+ * share one outbox served over HTTP (see serveOutbox). The key travels with the request, so a
+ * retried request is recognised exactly as a local one is.
+ */
+export class HttpOutbox implements Mailer {
+  readonly url: string;
+  constructor(url: string) {
+    this.url = url.replace(/\/$/, "");
+  }
+
+  async send(idempotencyKey: string, email: Email): Promise<Receipt> {
+    const res = await fetch(`${this.url}/send`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ idempotencyKey, email }),
+      signal: AbortSignal.timeout(10_000),
+    });
+    if (!res.ok) throw new Error(`the outbox at ${this.url} answered ${res.status}: ${(await res.text()).slice(0, 200)}`);
+    return (await res.json()) as Receipt;
+  }
+}
+
+/** Serves `outbox` over HTTP (POST /send, GET /sent) on host:port; resolves to the server. */
+export async function serveOutbox(outbox: Outbox, host: string, port: number): Promise<Server> {
+  const server = createServer((req, res) => {
+    const reply = (code: number, body: unknown) => res.writeHead(code, { "content-type": "application/json" }).end(JSON.stringify(body));
+    if (req.method === "GET" && req.url === "/sent") {
+      outbox.sent().then((sent) => reply(200, sent), (err: Error) => reply(500, { error: err.message }));
+      return;
+    }
+    if (req.method !== "POST" || req.url !== "/send") return reply(404, { error: "POST /send or GET /sent" });
+    let text = "";
+    req.setEncoding("utf8");
+    req.on("data", (chunk: string) => (text += chunk.length + text.length > 65_536 ? "" : chunk));
+    req.on("end", () => {
+      let request: { idempotencyKey?: unknown; email?: Email };
+      try {
+        request = JSON.parse(text) as typeof request;
+      } catch {
+        return reply(400, { error: "the body is not JSON" });
+      }
+      if (typeof request.idempotencyKey !== "string" || !request.email) return reply(400, { error: "idempotencyKey and email are required" });
+      outbox.send(request.idempotencyKey, request.email).then((receipt) => reply(200, receipt), (err: Error) => reply(400, { error: err.message }));
+    });
+  });
+  await new Promise<void>((resolve, reject) => server.once("error", reject).listen(port, host, () => resolve()));
+  return server;
 }

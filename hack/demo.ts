@@ -130,7 +130,7 @@ async function main(argv: string[]): Promise<number> {
         }
         view.update(current);
       },
-      onApprove: (name) => view.note(`the demo approves ${name}: annotate watchdog.dev/approve="${APPROVAL_ANSWER}"`),
+      onApprove: (name) => view.note(`the demo approves ${name}: annotate watchdog.dev/approve="${APPROVAL_ANSWER}" with the pending request's watchdog.dev/approval-id`),
     });
     process.stdout.write("\n");
 

@@ -52,7 +52,10 @@ export async function driveUntilSettled(options: DriveOptions): Promise<{ runs: 
       releasedSince.set(name, since);
       if (now - since < (options.approveAfterMs ?? 0)) continue;
       try {
-        await client.mergePatch(paths.run(namespace, name), { metadata: { annotations: { "watchdog.dev/approve": APPROVAL_ANSWER } } });
+        // The answer names the request it answers (watchdog.dev/approval-id), as kubectl agentrun does.
+        await client.mergePatch(paths.run(namespace, name), {
+          metadata: { annotations: { "watchdog.dev/approve": APPROVAL_ANSWER, "watchdog.dev/approval-id": run.status?.approval?.id ?? "" } },
+        });
       } catch {
         continue; // tried again on the next round
       }

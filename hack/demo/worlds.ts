@@ -289,5 +289,5 @@ async function deleteNamespace(client: KubeClient, namespace: string): Promise<v
   }
 }
 
-/** The name of the run's last sandbox pod. */
-export const lastPod = (run: Run) => `${run.metadata.name}-${run.status?.attempt}`;
+/** The name of the run's last sandbox pod (a finished run keeps naming it). */
+export const lastPod = (run: Run): string => run.status?.podName ?? `${run.metadata.name}-${run.status?.attempt}`;

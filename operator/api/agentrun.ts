@@ -2,7 +2,7 @@
 // the CRD in crds/ is generated from them (hack/generate-crds.ts), and the operator and the
 // sandbox SDK parse objects with them. Constraints written here become CEL rules in the CRD.
 import { z } from "zod";
-import { DURATION_PATTERN } from "./duration.ts";
+import { DURATION_PATTERN, parseDuration } from "./duration.ts";
 
 export const GROUP = "watchdog.dev";
 export const VERSION = "v1alpha1";
@@ -16,13 +16,23 @@ export const SHORT_NAMES = ["ar"];
 export const DURATION_META = "x-watchdog-duration";
 /** Meta key read by the CRD generator: keep arbitrary JSON below this node. */
 export const FREE_FORM_META = "x-kubernetes-preserve-unknown-fields";
+/** Meta key read by the CRD generator: the duration must be at least this long (a Go duration). */
+export const MIN_DURATION_META = "x-watchdog-min-duration";
+/** Meta key read by the CRD generator: CEL rules to add at this node, as zod's refinements check. */
+export const CEL_META = "x-watchdog-cel";
 
-const duration = (description: string) =>
+/** The longest duration the API server's CEL duration() takes: int64 nanoseconds (about 292 years). */
+export const MAX_DURATION_MS = 9_223_372_036_854;
+
+const duration = (description: string, min?: string) =>
   z
     .string()
     .max(32)
     .regex(DURATION_PATTERN, "must be a positive duration such as 30s, 5m or 1h30m")
-    .meta({ description, [DURATION_META]: true });
+    // What CEL's duration() takes: more than zero, and no more than int64 nanoseconds.
+    .refine((text) => !DURATION_PATTERN.test(text) || (parseDuration(text) > 0 && parseDuration(text) <= MAX_DURATION_MS), "must be a positive duration such as 30s, 5m or 1h30m")
+    .refine((text) => min === undefined || !DURATION_PATTERN.test(text) || parseDuration(text) >= parseDuration(min), `must be at least ${min}`)
+    .meta({ description, [DURATION_META]: true, ...(min ? { [MIN_DURATION_META]: min } : {}) });
 
 const count = (min: number, description: string) => z.int().min(min).max(1_000_000).meta({ description });
 
@@ -82,6 +92,25 @@ export const WatchdogSpec = z
     approvalTimeout: duration(
       "A run still awaiting a reply this long after asking fails with reason ApprovalTimeout. Default: wait forever.",
     ).optional(),
+    startTimeout: duration(
+      "A sandbox whose agent container has not started this long after its pod was created (scheduling, image pull) failed to start: reason StartTimeout, counted against maxRestarts. Default 10m.",
+    ).optional(),
+    agentContainer: z
+      .string()
+      .min(1)
+      .max(63)
+      .meta({
+        description:
+          "The container whose exit ends the attempt: exit 0 completes the run, any other exit is a crash. Other containers, sidecars included, do not decide. Must name a container of the template. Default: the first container.",
+      })
+      .optional(),
+    killGracePeriod: duration(
+      "Grace period when the watchdog kills a sandbox (hung, tool loop, budget spent, start timeout); at least 1s. Other deletions (suspend, release, resume) use the pod's own terminationGracePeriodSeconds. A pod is never force-deleted. Default 2s.",
+      "1s",
+    ).optional(),
+    unconfirmedAfter: duration(
+      "A deleted sandbox pod not confirmed gone this long (the kubelet has not stopped its containers: the node may be cut off) sets SandboxUnconfirmed; no replacement starts until it is confirmed gone. Default 2m.",
+    ).optional(),
   })
   .meta({
     description:
@@ -111,6 +140,14 @@ export const PodTemplateSpec = z
   })
   .meta({ description: "Pod template of the sandbox (core/v1 PodTemplateSpec)." });
 
+/** The container that decides the attempt, when the run names one, must be one of the template's. */
+const AGENT_CONTAINER_RULE = {
+  rule: "!has(self.watchdog) || !has(self.watchdog.agentContainer) || self.template.spec.containers.exists(c, c.name == self.watchdog.agentContainer)",
+  message: "watchdog.agentContainer must name a container of template.spec.containers",
+  fieldPath: ".watchdog.agentContainer",
+  reason: "FieldValueInvalid",
+};
+
 export const AgentRunSpec = z
   .strictObject({
     template: PodTemplateSpec,
@@ -124,7 +161,11 @@ export const AgentRunSpec = z
       .optional(),
     watchdog: WatchdogSpec.optional(),
   })
-  .meta({ description: "Desired state of an agent run, written by the user." });
+  .refine(
+    (spec) => spec.watchdog?.agentContainer === undefined || spec.template.spec.containers.some((c) => c.name === spec.watchdog?.agentContainer),
+    { message: AGENT_CONTAINER_RULE.message, path: ["watchdog", "agentContainer"] },
+  )
+  .meta({ description: "Desired state of an agent run, written by the user.", [CEL_META]: [AGENT_CONTAINER_RULE] });
 
 // ---------------------------------------------------------------------------------------------
 // status written by the sandbox (the sandbox protocol)
@@ -205,7 +246,7 @@ export const TERMINAL_PHASES: readonly Phase[] = ["Completed", "Failed"];
 /** Phases in which a sandbox pod is expected to be alive. */
 export const ACTIVE_PHASES: readonly Phase[] = ["Starting", "Planning", "ExecutingTool", "AwaitingReply"];
 
-export const CONDITION_TYPES = ["Running", "BackingOff", "NeedsHumanIntervention", "Succeeded", "SandboxReportValid"] as const;
+export const CONDITION_TYPES = ["Running", "BackingOff", "NeedsHumanIntervention", "Succeeded", "SandboxReportValid", "SandboxUnconfirmed"] as const;
 export type ConditionType = (typeof CONDITION_TYPES)[number];
 
 export const Condition = z
@@ -279,6 +320,11 @@ export const MAX_TRANSITIONS = 20;
 export const APPROVAL_STATES = ["Pending", "Approved", "Rejected", "TimedOut"] as const;
 export const ApprovalStatus = z
   .strictObject({
+    id: z
+      .string()
+      .max(128)
+      .meta({ description: "Identifies this request; an answer counts only with watchdog.dev/approval-id naming it. New for every request." })
+      .optional(),
     state: z.enum(APPROVAL_STATES).meta({ description: "Pending while the agent awaits a reply; then Approved, Rejected or TimedOut." }),
     requestedAt: timestamp("When the agent started awaiting a reply."),
     answer: z.string().max(4096).meta({ description: "The answer given with watchdog.dev/approve; the next sandbox reads it." }).optional(),
@@ -304,9 +350,28 @@ export const EffectiveWatchdog = z
       .meta({ description: "Effective stall settings." }),
     releaseAwaitingAfter: z.string().meta({ description: "Effective time a run awaiting a reply keeps its pod." }),
     approvalTimeout: z.string().meta({ description: "Effective approval timeout, if any." }).optional(),
+    startTimeout: z.string().meta({ description: "Effective start timeout." }),
+    agentContainer: z.string().meta({ description: "The container whose exit ends the attempt." }).optional(),
+    killGracePeriod: z.string().meta({ description: "Effective grace period of a kill." }),
+    unconfirmedAfter: z.string().meta({ description: "Effective time after which an unconfirmed deletion sets SandboxUnconfirmed." }),
   })
   .meta({ description: "Effective watchdog settings: the run's spec.watchdog over the install defaults over built-in defaults." });
 export type EffectiveWatchdog = z.infer<typeof EffectiveWatchdog>;
+
+export const TerminatingPod = z
+  .strictObject({
+    name: z.string().max(253).meta({ description: "The pod." }),
+    uid: z.string().max(128).meta({ description: "Its uid: a newer pod of the same name is another pod." }),
+    nodeName: z.string().max(253).meta({ description: "The node it was bound to, if any." }).optional(),
+    since: timestamp("When its deletion was asked for or first seen."),
+    gracePeriodSeconds: count(0, "The grace its containers get to stop.").optional(),
+    vanishedAt: timestamp("When its object disappeared without a final state that shows its containers stopped.").optional(),
+    contactAt: timestamp("When its node was first heard from after the object disappeared.").optional(),
+  })
+  .meta({ description: "A sandbox pod deleted and not yet confirmed gone: no replacement starts while one is listed." });
+export type TerminatingPod = z.infer<typeof TerminatingPod>;
+/** How many unconfirmed pods status keeps (one per attempt in practice). */
+export const MAX_TERMINATING = 8;
 
 export const AgentRunStatus = z
   .strictObject({
@@ -318,6 +383,13 @@ export const AgentRunStatus = z
     restarts: count(0, "Hung or crashed sandboxes replaced so far (spends maxRestarts).").optional(),
     rateLimitRequeues: count(0, "Consecutive requeues caused by rate limits (does not spend maxRestarts).").optional(),
     podName: z.string().max(253).meta({ description: "The current attempt's sandbox pod." }).optional(),
+    podUID: z.string().max(128).meta({ description: "The uid of the current attempt's sandbox pod; admission fences sandbox writes by it." }).optional(),
+    nodeName: z.string().max(253).meta({ description: "The node the current sandbox pod is bound to." }).optional(),
+    terminating: z
+      .array(TerminatingPod)
+      .max(MAX_TERMINATING)
+      .meta({ description: "Sandbox pods deleted and not yet confirmed gone (rule 9)." })
+      .optional(),
     retryAfter: timestamp("No sandbox starts before this time (mirrors the watchdog.dev/retry-after annotation).").optional(),
     startTime: timestamp("When the first sandbox was started.").optional(),
     completionTime: timestamp("When the run reached a terminal phase.").optional(),
@@ -329,7 +401,11 @@ export const AgentRunStatus = z
       .meta({ description: "Id of the newest tool call when the failure streak was last reset; loop detection counts only later calls." })
       .optional(),
     lastFailure: FailureRecord.optional(),
-    conditions: z.array(Condition).max(16).meta({ description: "Running, BackingOff, NeedsHumanIntervention, Succeeded, SandboxReportValid." }).optional(),
+    conditions: z
+      .array(Condition)
+      .max(16)
+      .meta({ description: "Running, BackingOff, NeedsHumanIntervention, Succeeded, SandboxReportValid, SandboxUnconfirmed." })
+      .optional(),
     stall: StallStatus.optional(),
     approval: ApprovalStatus.optional(),
     transitions: z

@@ -13,7 +13,15 @@ export const ANNOTATIONS = {
   approve: "watchdog.dev/approve",
   /** Rejects a run awaiting a reply; the value is the reason. Ends the run (user). */
   reject: "watchdog.dev/reject",
+  /**
+   * The status.approval.id an approve or reject answers (user). Without it, or naming a request
+   * that is not pending, the answer is refused and removed.
+   */
+  approvalId: "watchdog.dev/approval-id",
 } as const;
+
+/** The user annotations that answer an approval request; consumed together. */
+export const ANSWER_ANNOTATIONS = [ANNOTATIONS.approve, ANNOTATIONS.reject, ANNOTATIONS.approvalId] as const;
 
 /** Annotations only the operator writes; it never touches the others. */
 export const OPERATOR_ANNOTATIONS = [ANNOTATIONS.attempt, ANNOTATIONS.retryAfter, ANNOTATIONS.backoffReason] as const;
@@ -33,6 +41,17 @@ export const SANDBOX_ENV = {
 
 /** Field manager name for every write the operator makes. */
 export const FIELD_MANAGER = "agent-watchdog";
+/** Field manager name of the sandbox SDKs' status writes. */
+export const SANDBOX_FIELD_MANAGER = "agent-watchdog-sandbox";
+
+/**
+ * Exit codes of the agent container that mean something to the watchdog. The SDKs exit with
+ * unconfirmedSideEffect when they refuse to run again a non-idempotent call whose outcome is
+ * unknown (rule 10): the run then needs a person (UnconfirmedSideEffect), never a restart.
+ */
+export const SANDBOX_EXIT_CODES = {
+  unconfirmedSideEffect: 3,
+} as const;
 
 /**
  * Words in the admission policy's refusal of a write from a pod the run does not name (yet). The

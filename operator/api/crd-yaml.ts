@@ -30,8 +30,9 @@ function templateSafe(text: string, what: string): string {
  * that claims such a name is fenced alike.
  */
 export const SANDBOX_USERNAME_PATTERN = "^system:serviceaccount:[^:]+:[^:]+-sandbox$";
-/** The extra the API server sets from a token bound to a pod: the pod's name. */
+/** The extras the API server sets from a token bound to a pod: the pod's name and uid. */
 export const POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name";
+export const POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid";
 
 /** Status fields only the operator writes: every status field that is not sandbox-owned. */
 export function operatorStatusFields(): string[] {
@@ -53,6 +54,7 @@ export function fencingPolicySpec(): Json {
     .map((f) => `(object.?status.?${f} == oldObject.?status.?${f} ? [] : ['${f}'])`)
     .join("\n+ ");
   const extra = `request.userInfo.extra['${POD_NAME_EXTRA}']`;
+  const uidExtra = `request.userInfo.extra['${POD_UID_EXTRA}']`;
   return {
     failurePolicy: "Fail",
     matchConstraints: {
@@ -73,6 +75,10 @@ export function fencingPolicySpec(): Json {
       {
         name: "podName",
         expression: `'${POD_NAME_EXTRA}' in request.userInfo.extra && size(${extra}) == 1 ? ${extra}[0] : ''`,
+      },
+      {
+        name: "podUID",
+        expression: `'${POD_UID_EXTRA}' in request.userInfo.extra && size(${uidExtra}) == 1 ? ${uidExtra}[0] : ''`,
       },
       { name: "changedOperatorFields", expression: changed },
     ],
@@ -101,6 +107,15 @@ export function fencingPolicySpec(): Json {
         reason: "Forbidden",
       },
       {
+        // The name alone would let a pod of an earlier run of the same name (orphaned, then the run
+        // re-created) pass; the uid is this pod's alone.
+        expression: "!variables.statusWrite || oldObject.?status.?podUID.orValue('') == '' || oldObject.?status.?podUID.orValue('') == variables.podUID",
+        messageExpression:
+          `'pod ' + variables.podName + ' (uid ' + variables.podUID + ') ${NOT_CURRENT_SANDBOX} of AgentRun ' + oldObject.metadata.name`
+          + " + ' (status.podUID is ' + oldObject.?status.?podUID.orValue('unset') + '): a pod of the same name from an earlier run is another pod'",
+        reason: "Forbidden",
+      },
+      {
         expression: "!variables.statusWrite || size(variables.changedOperatorFields) == 0",
         messageExpression: `'a sandbox may only write ${allowed}; it may not change status.' + variables.changedOperatorFields.join(', status.')`,
         reason: "Forbidden",
@@ -110,6 +125,15 @@ export function fencingPolicySpec(): Json {
           "!variables.statusWrite || object.?status.?heartbeat == oldObject.?status.?heartbeat || (object.?status.?heartbeat.?attempt.hasValue() && object.?status.?heartbeat.?attempt == oldObject.?status.?attempt)",
         messageExpression:
           "object.?status.?heartbeat.hasValue() ? 'status.heartbeat.attempt ' + string(object.?status.?heartbeat.?attempt.orValue(0)) + \" is not the run's current attempt \" + string(oldObject.?status.?attempt.orValue(0)) + ': a heartbeat must carry the current attempt' : 'a sandbox may not remove status.heartbeat'",
+        reason: "Forbidden",
+      },
+      {
+        // Every tool record the sandbox adds or changes is its own attempt's: it may not forge a
+        // result for another attempt's call, nor hide one (rule 10 reads the attempts).
+        expression:
+          "!variables.statusWrite || object.?status.?toolCalls.orValue([]).all(c, c.?attempt.orValue(0) == oldObject.?status.?attempt.orValue(0) || oldObject.?status.?toolCalls.orValue([]).exists(o, o.id == c.id && o == c))",
+        messageExpression:
+          "\"a sandbox may only add or change status.toolCalls records of the run's current attempt \" + string(oldObject.?status.?attempt.orValue(0)) + ' (set attempt on each record)'",
         reason: "Forbidden",
       },
     ],

@@ -4,7 +4,9 @@ import { z } from "zod";
 import {
   AgentRunSpec,
   AgentRunStatus,
+  CEL_META,
   DURATION_META,
+  MIN_DURATION_META,
   FREE_FORM_META,
   GROUP,
   KIND,
@@ -56,6 +58,8 @@ const BACKOFF_MAX_RULE: CelRule = {
 function toStructural(node: Json, path: string[], cel: boolean): Json {
   const out: Json = {};
   const rules: CelRule[] = [...((node["x-kubernetes-validations"] as CelRule[] | undefined) ?? [])];
+  // Rules the zod schema checks with refinements, stated once in CEL beside them.
+  if (cel && Array.isArray(node[CEL_META])) rules.push(...(node[CEL_META] as CelRule[]));
 
   if (node[FREE_FORM_META] === true && node.type === undefined) {
     // Arbitrary JSON (for example checkpoint data): structural schemas allow an untyped node only
@@ -73,6 +77,14 @@ function toStructural(node: Json, path: string[], cel: boolean): Json {
   switch (node.type) {
     case "string": {
       if (node[DURATION_META] === true && cel) rules.push(durationRule());
+      if (typeof node[MIN_DURATION_META] === "string" && cel) {
+        const min = node[MIN_DURATION_META] as string;
+        rules.push({
+          rule: `!(${celIsDuration("self")}) || duration(self) >= duration('${min}')`,
+          message: `must be at least ${min}`,
+          reason: "FieldValueInvalid",
+        });
+      }
       else if (node.pattern && !node.format) out.pattern = node.pattern;
       if (typeof node.minLength === "number" && node.minLength > 0) out.minLength = node.minLength;
       if (typeof node.maxLength === "number") out.maxLength = node.maxLength;

@@ -17,10 +17,13 @@ export const BUILTIN_DEFAULTS: EffectiveWatchdog = {
     message: "[System] Reply chain broken (stall detected). Resume your task or reply NO_REPLY.",
   },
   releaseAwaitingAfter: "10m",
+  startTimeout: "10m",
+  killGracePeriod: "2s",
+  unconfirmedAfter: "2m",
 };
 
-/** Install-wide defaults have the shape of spec.watchdog: every field optional. */
-export const InstallDefaults = WatchdogSpec;
+/** Install-wide defaults: every field of spec.watchdog but the agent container, which only a run can name. */
+export const InstallDefaults = WatchdogSpec.omit({ agentContainer: true });
 export type InstallDefaults = z.infer<typeof InstallDefaults>;
 
 type Layer = z.infer<typeof WatchdogSpec> | undefined;
@@ -57,6 +60,11 @@ export function resolveWatchdog(spec: Layer, install?: Layer): EffectiveWatchdog
     stall: pickNested("stall", layers),
     releaseAwaitingAfter: pick("releaseAwaitingAfter", layers),
     ...(pick("approvalTimeout", layers) !== undefined ? { approvalTimeout: pick("approvalTimeout", layers) } : {}),
+    startTimeout: pick("startTimeout", layers),
+    // Only a run names its own containers; an install default of this would name nobody's.
+    ...(spec?.agentContainer !== undefined ? { agentContainer: spec.agentContainer } : {}),
+    killGracePeriod: pick("killGracePeriod", layers),
+    unconfirmedAfter: pick("unconfirmedAfter", layers),
   };
 }
 
@@ -71,6 +79,12 @@ export interface WatchdogSettings {
   releaseAwaitingAfterMs: number;
   /** Undefined: wait for a reply forever. */
   approvalTimeoutMs?: number;
+  startTimeoutMs: number;
+  /** Undefined: the first container of the template. */
+  agentContainer?: string;
+  /** Whole seconds, as a DeleteOptions takes it: the duration rounded up, and never below 1. */
+  killGracePeriodSeconds: number;
+  unconfirmedAfterMs: number;
 }
 export interface BackoffSettings {
   initialMs: number;
@@ -98,5 +112,9 @@ export function toSettings(effective: EffectiveWatchdog): WatchdogSettings {
     },
     releaseAwaitingAfterMs: parseDuration(effective.releaseAwaitingAfter),
     ...(effective.approvalTimeout ? { approvalTimeoutMs: parseDuration(effective.approvalTimeout) } : {}),
+    startTimeoutMs: parseDuration(effective.startTimeout),
+    ...(effective.agentContainer ? { agentContainer: effective.agentContainer } : {}),
+    killGracePeriodSeconds: Math.max(1, Math.ceil(parseDuration(effective.killGracePeriod) / 1000)),
+    unconfirmedAfterMs: parseDuration(effective.unconfirmedAfter),
   };
 }

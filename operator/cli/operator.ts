@@ -11,6 +11,18 @@ import { Metrics } from "../metrics/metrics.ts";
 import { listen, probe } from "../metrics/server.ts";
 import { OptionsError, parseOptions, type OperatorOptions } from "./options.ts";
 
+/**
+ * How long shutdown waits for reconciles and Events in flight. Their writes are refused once the
+ * lease is back, so what is left is requests already sent; the new leader redoes any unfinished work.
+ */
+const SHUTDOWN_DRAIN_MS = 2_000;
+
+async function within(ms: number, work: Promise<unknown>): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([work, new Promise((resolve) => (timer = setTimeout(resolve, ms)))]);
+  clearTimeout(timer);
+}
+
 export async function runOperator(options: OperatorOptions): Promise<void> {
   const log = createLogger(options.logLevel);
   const client = new KubeClient();
@@ -43,6 +55,12 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
         log,
       )
     : undefined;
+  // Every write of the controller and every Event first asks this: a replica past its renew
+  // deadline, or one that has handed the lease back, writes nothing more, even before its workers
+  // have noticed.
+  const canWrite = () => (elector ? elector.canWrite() : true);
+  controller.setWriteGuard(canWrite);
+  recorder.canWrite = canWrite;
   let leading = false;
   const leaderLabels = { name: options.leaderElectionId };
   metrics.leaderStatus.set(leaderLabels, 0);
@@ -55,6 +73,7 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
         const census = controller.census();
         for (const [phase, count] of Object.entries(census.phases)) metrics.runs.set({ phase }, count);
         metrics.staleHeartbeats.set(census.staleHeartbeats);
+        metrics.unconfirmedSandboxes.set(census.unconfirmed);
         metrics.workqueueLongestRunning.set({ name: "agentrun", controller: "agentrun" }, controller.queue.longestRunningMs() / 1000);
         for (const informer of controller.informers) {
           const name = informer.options.name;
@@ -88,8 +107,9 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
     leading = true;
     metrics.leaderStatus.set(leaderLabels, 1);
     ledger?.requestCatchUp();
-    controller.startWorkers();
-    log.info({ concurrency: options.concurrency, namespaces: options.namespaces.length ? options.namespaces : "all" }, "reconciling");
+    void controller.startWorkers().then(() => {
+      log.info({ concurrency: options.concurrency, namespaces: options.namespaces.length ? options.namespaces : "all" }, "caches synced; reconciling");
+    });
   };
   if (elector) {
     elector.run(lead, () => {
@@ -107,10 +127,16 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
     if (shuttingDown) return;
     shuttingDown = true;
     log.info({ signal }, "shutting down");
-    await controller.stop();
-    await recorder.flush();
-    await ledger?.close(5_000);
+    // The other replica takes over at its next retry once the lease is back, so the lease goes
+    // back before anything slow: stop taking work, refuse writes (release does that first), hand
+    // the lease back, and only then let the work in flight drain.
+    const drained = controller.stop();
     await elector?.release();
+    leading = false;
+    metrics.leaderStatus.set(leaderLabels, 0);
+    await within(SHUTDOWN_DRAIN_MS, drained);
+    await recorder.flush(SHUTDOWN_DRAIN_MS);
+    await ledger?.close(5_000);
     for (const server of servers) server?.close();
     log.info("stopped");
     process.exit(0);

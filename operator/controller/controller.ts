@@ -9,13 +9,14 @@ import { LABELS } from "../api/annotations.ts";
 import { resolveWatchdog, toSettings, type InstallDefaults } from "../api/defaults.ts";
 import { paths, type Json, type KubeClient } from "../kube/client.ts";
 import { CONTROLLER, type Metrics } from "../metrics/metrics.ts";
-import { decide } from "../watchdog/decide.ts";
+import { decide, type DecideInput } from "../watchdog/decide.ts";
 import { toMillis } from "../watchdog/observe.ts";
 import type { SandboxIdentity } from "../watchdog/sandbox-identity.ts";
 import { isQuiet, type Plan } from "../watchdog/plan.ts";
 import type { EventRecorder } from "./events.ts";
 import { Executor, type Executed } from "./executor.ts";
 import { Informer } from "./informer.ts";
+import { NodeCache } from "./nodes.ts";
 import { WorkQueue } from "./queue.ts";
 import { Wakeups } from "./wakeups.ts";
 
@@ -39,6 +40,15 @@ export interface RunObserver {
 
 const keyOf = (namespace: string, name: string) => `${namespace}/${name}`;
 
+/** How long the final state of a deleted pod is kept for the run it belonged to. */
+const TOMBSTONE_TTL_MS = 10 * 60_000;
+
+/** What identifies one heartbeat value: a new one is a sign of life, whatever its clock says. */
+function heartbeatKey(run: Json | undefined): string | undefined {
+  const hb = (run?.status as { heartbeat?: { time?: unknown; attempt?: unknown; state?: unknown } } | undefined)?.heartbeat;
+  return hb ? JSON.stringify([hb.time, hb.attempt, hb.state]) : undefined;
+}
+
 export class Controller {
   readonly queue: WorkQueue;
   private readonly wakeups: Wakeups;
@@ -46,6 +56,11 @@ export class Controller {
   private readonly podInformers: Informer[] = [];
   /** run key -> pod key -> pod, so a reconcile never scans every pod. */
   private readonly podsByRun = new Map<string, Map<string, Json>>();
+  /** run key -> pod uid -> the pod's final state as its deletion was seen (rule 9). */
+  private readonly tombstones = new Map<string, Map<string, { pod: Json; at: number }>>();
+  /** run key -> the heartbeat value this operator saw appear, and when (its own observation). */
+  private readonly heartbeatsSeen = new Map<string, { key: string; at: number }>();
+  private readonly nodeCache: NodeCache;
   private readonly executor: Executor;
   private readonly observers: RunObserver[] = [];
   private workers = 0;
@@ -62,7 +77,8 @@ export class Controller {
     this.options = options;
     this.queue = new WorkQueue(metrics.queueMetrics());
     this.wakeups = new Wakeups((key) => this.queue.add(key));
-    this.executor = new Executor(client, recorder, () => this.options.defaults, options.sandbox);
+    this.executor = new Executor(client, recorder, () => this.options.defaults, options.sandbox, Date.now, (key, run, pods) => this.inputsFor(key, run, pods));
+    this.nodeCache = new NodeCache(client, { resyncMs: options.resyncMs, silenceMs: options.watchSilenceMs, log });
     metrics.maxConcurrentReconciles.set({ controller: CONTROLLER }, options.concurrency);
     metrics.activeWorkers.set({ controller: CONTROLLER }, 0);
 
@@ -76,11 +92,19 @@ export class Controller {
         path: paths.pods(namespace),
         labelSelector: LABELS.run,
       });
-      runs.on((event, run) => this.onRun(event, run));
+      runs.on((event, run, previous) => this.onRun(event, run, previous));
       pods.on((event, pod) => this.onPod(event, pod));
       this.runInformers.push(runs);
       this.podInformers.push(pods);
     }
+  }
+
+  /**
+   * Makes every write of the controller (pod creates and deletes, status and annotation patches)
+   * first ask `canWrite`, so that a replica that lost the lease stops writing at once.
+   */
+  setWriteGuard(canWrite: () => boolean): void {
+    this.executor.canWrite = canWrite;
   }
 
   /** Calls `observer` with each run after it has been reconciled. */
@@ -90,11 +114,25 @@ export class Controller {
 
   /** Starts the informers; followers run them too, so that a new leader starts warm. */
   startInformers(): void {
-    for (const informer of [...this.runInformers, ...this.podInformers]) informer.start();
+    for (const informer of this.informers) informer.start();
   }
 
-  /** Starts the workers; only the leader does this. */
-  startWorkers(): void {
+  /**
+   * Resolves once every cache has listed what exists, as the Job controller waits for its
+   * informers before its workers start: a worker deciding from a half-filled pod cache would not
+   * know of a pod that runs.
+   */
+  async waitForSync(signal?: AbortSignal): Promise<void> {
+    while (!this.synced) {
+      signal?.throwIfAborted();
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  }
+
+  /** Starts the workers once the caches are synced; only the leader does this. */
+  async startWorkers(signal?: AbortSignal): Promise<void> {
+    await this.waitForSync(signal);
+    if (this.stopping) return;
     for (const informer of this.runInformers) for (const run of informer.list()) this.queue.add(this.runKey(run));
     for (let i = 0; i < this.options.concurrency; i++) void this.worker();
   }
@@ -103,13 +141,13 @@ export class Controller {
     this.stopping = true;
     this.queue.shutDown();
     this.wakeups.clear();
-    for (const informer of [...this.runInformers, ...this.podInformers]) informer.stop();
+    for (const informer of this.informers) informer.stop();
     const deadline = Date.now() + 10_000;
     while (this.workers > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
   }
 
   get synced(): boolean {
-    return [...this.runInformers, ...this.podInformers].every((i) => i.synced);
+    return this.informers.every((i) => i.synced);
   }
 
   /** Every cached run, or undefined until the caches are synced (the ledger catches up from it). */
@@ -118,7 +156,7 @@ export class Controller {
   }
 
   get informers(): Informer[] {
-    return [...this.runInformers, ...this.podInformers];
+    return [...this.runInformers, ...this.podInformers, ...this.nodeCache.informers];
   }
 
   /** Problems that should make Kubernetes restart the operator; empty when healthy. */
@@ -135,15 +173,17 @@ export class Controller {
     return problems;
   }
 
-  /** Counts runs by phase and stale heartbeats, for the gauges. */
-  census(now = Date.now()): { phases: Record<Phase, number>; staleHeartbeats: number } {
+  /** Counts runs by phase, stale heartbeats and unconfirmed sandboxes, for the gauges. */
+  census(now = Date.now()): { phases: Record<Phase, number>; staleHeartbeats: number; unconfirmed: number } {
     const phases = Object.fromEntries(PHASES.map((p) => [p, 0])) as Record<Phase, number>;
     let staleHeartbeats = 0;
+    let unconfirmed = 0;
     for (const informer of this.runInformers) {
       for (const run of informer.list()) {
-        const status = (run.status ?? {}) as { phase?: Phase; heartbeat?: { time?: string } };
+        const status = (run.status ?? {}) as { phase?: Phase; heartbeat?: { time?: string }; conditions?: { type: string; status: string }[] };
         const phase = status.phase ?? "Queued";
         if (phase in phases) phases[phase]++;
+        if (status.conditions?.some((c) => c.type === "SandboxUnconfirmed" && c.status === "True")) unconfirmed++;
         if (!ACTIVE_PHASES.includes(phase) || phase === "AwaitingReply" || !status.heartbeat?.time) continue;
         try {
           const timeout = toSettings(resolveWatchdog((run.spec as { watchdog?: InstallDefaults }).watchdog, this.options.defaults)).heartbeatTimeoutMs;
@@ -154,7 +194,7 @@ export class Controller {
         }
       }
     }
-    return { phases, staleHeartbeats };
+    return { phases, staleHeartbeats, unconfirmed };
   }
 
   private runKey(run: Json): string {
@@ -162,12 +202,18 @@ export class Controller {
     return keyOf(meta.namespace, meta.name);
   }
 
-  private onRun(event: string, run: Json): void {
+  private onRun(event: string, run: Json, previous?: Json): void {
     const key = this.runKey(run);
     if (event === "delete") {
       this.wakeups.set(key, undefined);
+      this.heartbeatsSeen.delete(key);
+      this.tombstones.delete(key);
       return;
     }
+    // A heartbeat value that changed while this operator watched is a sign of life it saw itself
+    // (the server's record of it, in managedFields, is what survives a restart).
+    const hb = heartbeatKey(run);
+    if (event === "update" && hb !== undefined && hb !== heartbeatKey(previous)) this.heartbeatsSeen.set(key, { key: hb, at: Date.now() });
     this.queue.add(key);
   }
 
@@ -178,6 +224,13 @@ export class Controller {
     const key = keyOf(meta.namespace, runName);
     if (event === "delete") {
       this.forgetPod(key, meta.name);
+      // Its final state says whether the kubelet stopped its containers (rule 9).
+      const uid = (pod.metadata as { uid?: string }).uid;
+      if (uid) {
+        let tombs = this.tombstones.get(key);
+        if (!tombs) this.tombstones.set(key, (tombs = new Map()));
+        tombs.set(uid, { pod, at: Date.now() });
+      }
     } else {
       let pods = this.podsByRun.get(key);
       if (!pods) this.podsByRun.set(key, (pods = new Map()));
@@ -237,7 +290,7 @@ export class Controller {
       return "success";
     }
     const pods = [...(this.podsByRun.get(key)?.values() ?? [])];
-    let plan: Plan = decide({ run, pods, now: Date.now(), defaults: this.options.defaults, sandbox: this.options.sandbox });
+    let plan: Plan = decide({ run, pods, now: Date.now(), defaults: this.options.defaults, sandbox: this.options.sandbox, ...this.inputsFor(key, run, pods) });
     let executed: Executed | undefined;
     if (!isQuiet(plan)) {
       const [namespace, name] = key.split("/") as [string, string];
@@ -249,16 +302,40 @@ export class Controller {
         this.wakeups.set(key, undefined);
         return "success";
       }
-      // The informer reports a confirmed deletion a moment later; until then the cache would
-      // show the pod, and the reconcile that the run's own status update triggers would read
-      // live again only to find nothing to do.
-      for (const pod of executed.deletedPods ?? []) this.forgetPod(key, pod);
       if (!isQuiet(plan)) log.info({ phase: plan.phase, summary: plan.summary }, "executed plan");
       this.count(plan, executed);
     }
     for (const observer of this.observers) observer(executed?.run ?? run, executed);
     this.wakeups.set(key, plan.wakeAt);
     return plan.wakeAt === undefined ? "success" : "requeue_after";
+  }
+
+  /** What the core needs beyond the run and its pods: deletions seen, nodes, heartbeats seen. */
+  inputsFor(key: string, run: Json, pods: readonly Json[]): Partial<DecideInput> {
+    const now = Date.now();
+    const tombs = this.tombstones.get(key);
+    const deletedPods: Json[] = [];
+    if (tombs) {
+      for (const [uid, tomb] of tombs) {
+        if (now - tomb.at > TOMBSTONE_TTL_MS) tombs.delete(uid);
+        else deletedPods.push(tomb.pod);
+      }
+      if (tombs.size === 0) this.tombstones.delete(key);
+    }
+    const status = (run.status ?? {}) as { nodeName?: string; terminating?: { nodeName?: string }[] };
+    const names = new Set<string>();
+    for (const pod of [...pods, ...deletedPods]) {
+      const node = (pod.spec as { nodeName?: string } | undefined)?.nodeName;
+      if (node) names.add(node);
+    }
+    if (status.nodeName) names.add(status.nodeName);
+    for (const entry of status.terminating ?? []) if (entry.nodeName) names.add(entry.nodeName);
+    const inputs: Partial<DecideInput> = { deletedPods };
+    const nodes = this.nodeCache.views(names);
+    if (nodes) inputs.nodes = nodes;
+    const seen = this.heartbeatsSeen.get(key);
+    if (seen && seen.key === heartbeatKey(run)) inputs.heartbeatSeenAt = seen.at;
+    return inputs;
   }
 
   private count(plan: Plan, executed: Executed): void {

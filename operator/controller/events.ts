@@ -27,9 +27,12 @@ export class EventRecorder {
   }
 
   private readonly inFlight = new Set<Promise<void>>();
+  /** Whether this replica may write now (it leads); an Event from one that does not is dropped. */
+  canWrite: () => boolean = () => true;
 
   /** Sends the Event in the background. */
   record(run: Json, event: PlannedEvent, now = Date.now()): void {
+    if (!this.canWrite()) return;
     const sending = this.send(run, event, now).finally(() => this.inFlight.delete(sending));
     this.inFlight.add(sending);
   }

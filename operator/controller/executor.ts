@@ -1,18 +1,24 @@
 // Carries out the core's plans against the API server, in an order that keeps every prefix safe:
 // - a new sandbox pod is created only after a live list shows no other live pod of the run, and
-//   before the status that names it (a lost status write is repaired by adopting the pod);
+//   before the status that names it, with its uid (a lost status write is repaired by adopting
+//   the pod);
 // - otherwise the status goes first, guarded by the resourceVersion the plan was made from, so a
 //   decision based on an old heartbeat loses to the newer heartbeat. Pod deletions come right
 //   after it (detection latency is measured to them), alongside the annotation write: the
 //   annotations mirror the status and every later decision re-diffs them, so either may land
 //   first. Events come last, sent in the background.
+// - pods are deleted gracefully, never with grace 0: a node cut off from the API server would keep
+//   a force-deleted pod's containers running (rule 9);
+// - a status write the API server refuses never stops a hung or looping pod from being deleted
+//   (rule 12): the deletions still happen, then the error is reported;
+// - every write first asks whether this replica may still write (it leads).
 // Plans are always recomputed from a fresh read (the run and its pods, fetched together) before
 // they are executed.
 import type { Logger } from "pino";
 import { LABELS } from "../api/annotations.ts";
 import type { InstallDefaults } from "../api/defaults.ts";
 import { ApiError, isAlreadyExists, isConflict, isNotFound, paths, type Json, type KubeClient } from "../kube/client.ts";
-import { decide } from "../watchdog/decide.ts";
+import { decide, type DecideInput } from "../watchdog/decide.ts";
 import { isLive, podView } from "../watchdog/observe.ts";
 import { DEFAULT_SANDBOX_IDENTITY, type SandboxIdentity } from "../watchdog/sandbox-identity.ts";
 import { isQuiet, type Plan } from "../watchdog/plan.ts";
@@ -24,13 +30,24 @@ export interface Executed {
   run?: Json;
   /** Runs whose object is gone. */
   gone?: boolean;
-  /** When each planned pod deletion was confirmed by the API server (ms since epoch). */
+  /** When the last planned pod deletion was accepted by the API server (ms since epoch). */
   deletedAt?: number;
-  /** The pods the API server confirmed gone (or already gone), not ones replaced under the same name. */
+  /** The pods whose deletion the API server accepted (or that were gone already); not yet confirmed gone. */
   deletedPods?: string[];
 }
 
 const MAX_CONFLICT_RETRIES = 5;
+
+/** Thrown instead of writing when this replica no longer leads. */
+export class NotLeaderError extends Error {
+  constructor() {
+    super("not the leader: writes are stopped");
+    this.name = "NotLeaderError";
+  }
+}
+
+/** What the core needs beyond a run and its pods (see Controller.inputsFor). */
+export type DecideInputs = (key: string, run: Json, pods: readonly Json[]) => Partial<DecideInput>;
 
 export class Executor {
   private readonly client: KubeClient;
@@ -38,6 +55,9 @@ export class Executor {
   private readonly defaults: () => InstallDefaults | undefined;
   private readonly sandbox: SandboxIdentity;
   private readonly clock: () => number;
+  private readonly inputs: DecideInputs;
+  /** Whether this replica may write now; checked before every write. */
+  canWrite: () => boolean = () => true;
 
   constructor(
     client: KubeClient,
@@ -45,12 +65,18 @@ export class Executor {
     defaults: () => InstallDefaults | undefined,
     sandbox: SandboxIdentity = DEFAULT_SANDBOX_IDENTITY,
     clock: () => number = Date.now,
+    inputs: DecideInputs = () => ({}),
   ) {
     this.client = client;
     this.recorder = recorder;
     this.defaults = defaults;
     this.sandbox = sandbox;
     this.clock = clock;
+    this.inputs = inputs;
+  }
+
+  private guard(): void {
+    if (!this.canWrite()) throw new NotLeaderError();
   }
 
   /** Reads the run and its pods live, decides again and carries out what that says. */
@@ -67,7 +93,7 @@ export class Executor {
         if (isNotFound(err)) return { plan: { deletePods: [], events: [], metrics: [], phase: "Queued", summary: "run is gone" }, gone: true };
         throw err;
       }
-      const plan = decide({ run, pods: pods.items, now: this.clock(), defaults: this.defaults(), sandbox: this.sandbox });
+      const plan = decide({ run, pods: pods.items, now: this.clock(), defaults: this.defaults(), sandbox: this.sandbox, ...this.inputs(`${namespace}/${name}`, run, pods.items) });
       if (isQuiet(plan)) return { plan, run };
       try {
         return await this.apply(run, pods.items, plan, log);
@@ -82,35 +108,58 @@ export class Executor {
   }
 
   private async apply(run: Json, pods: Json[], plan: Plan, log: Logger): Promise<Executed> {
-    const meta = run.metadata as { name: string; namespace: string; resourceVersion: string };
+    const meta = run.metadata as { name: string; namespace: string; resourceVersion: string; uid: string };
     let current = run;
     const result: Executed = { plan, run };
+    let status = plan.status;
 
     if (plan.createPod) {
-      const live = pods.map(podView).filter(isLive);
+      // Only the run's own pods count (owner uid): an earlier run's pod of the same name is not it.
+      const live = pods.map((p) => podView(p)).filter((p) => p.ownerUid === meta.uid && isLive(p));
       if (live.length > 0) throw new ApiError("POST", "pods", 409, { reason: "Conflict", message: `live pods ${live.map((p) => p.name).join(",")} exist` });
-      for (const object of plan.prerequisites ?? []) await this.ensure(object);
+      for (const object of plan.prerequisites ?? []) {
+        this.guard();
+        await this.ensure(object);
+      }
+      let created: Json;
       try {
-        await this.client.create(paths.pods(meta.namespace), plan.createPod);
+        this.guard();
+        created = await this.client.create(paths.pods(meta.namespace), plan.createPod);
       } catch (err) {
         if (!isAlreadyExists(err)) throw err;
-        // Created by an earlier try whose status write was lost: fine if it is this attempt's pod.
-        const existing = await this.client.get(paths.pod(meta.namespace, plan.createPod.metadata.name));
-        const labels = (existing.metadata as { labels?: Record<string, string> }).labels ?? {};
-        if (labels[LABELS.run] !== meta.name || labels[LABELS.attempt] !== plan.createPod.metadata.labels[LABELS.attempt]) {
+        // Created by an earlier try whose status write was lost: fine if it is this run's pod of
+        // this attempt (by the owner's uid, never by name alone).
+        created = await this.client.get(paths.pod(meta.namespace, plan.createPod.metadata.name));
+        const existing = podView(created);
+        if (existing.ownerUid !== meta.uid || existing.attempt !== Number(plan.createPod.metadata.labels[LABELS.attempt])) {
           throw new Error(`pod ${plan.createPod.metadata.name} exists and does not belong to this run`, { cause: err });
         }
       }
-      log.info({ pod: plan.createPod.metadata.name }, "created sandbox pod");
+      // The status that names the pod names its uid too: admission fences sandbox writes by it.
+      const uid = (created.metadata as { uid?: string }).uid;
+      if (uid) status = { ...(status ?? {}), podUID: uid };
+      log.info({ pod: plan.createPod.metadata.name, uid }, "created sandbox pod");
     }
 
-    if (plan.status) {
-      current = await this.client.mergePatch(paths.runStatus(meta.namespace, meta.name), {
-        metadata: { resourceVersion: meta.resourceVersion },
-        status: plan.status,
-      });
-      result.run = current;
+    if (status) {
+      try {
+        this.guard();
+        current = await this.client.mergePatch(paths.runStatus(meta.namespace, meta.name), {
+          metadata: { resourceVersion: meta.resourceVersion },
+          status,
+        });
+        result.run = current;
+      } catch (err) {
+        if (isConflict(err) || err instanceof NotLeaderError || plan.deletePods.length === 0) throw err;
+        // Refused for its content (or the server failed): the decision to stop a pod stands on its
+        // own, and the next reconcile sees the pod terminating and records it.
+        log.error({ err: String(err) }, "status write refused; deleting the plan's pods anyway");
+        await this.deletePods(meta.namespace, plan.deletePods, log);
+        this.recorder.record(run, { type: "Warning", reason: "StatusWriteRefused", action: "UpdateStatus", note: `the status write was refused (${String(err).slice(0, 300)}); the sandbox pods were deleted anyway` });
+        throw err;
+      }
     }
+    this.guard();
     const [deleted, annotated] = await Promise.all([
       this.deletePods(meta.namespace, plan.deletePods, log),
       plan.annotations ? this.client.mergePatch(paths.run(meta.namespace, meta.name), { metadata: { annotations: plan.annotations } }) : undefined,
@@ -121,19 +170,24 @@ export class Executor {
     return result;
   }
 
-  /** Deletes the plan's pods at once (grace 0), and says when the last deletion was confirmed. */
+  /**
+   * Asks for the plan's pods to be deleted, gracefully: a kill with the run's killGracePeriod,
+   * anything else with the pod's own grace. Says when the last request was accepted. The pods are
+   * not gone yet: the core confirms that later, from what the kubelet reports (rule 9).
+   */
   private async deletePods(namespace: string, deletions: Plan["deletePods"], log: Logger): Promise<Pick<Executed, "deletedAt" | "deletedPods"> | undefined> {
     if (deletions.length === 0) return undefined;
     const gone: string[] = [];
     for (const deletion of deletions) {
       try {
+        this.guard();
         await this.client.delete(paths.pod(namespace, deletion.name), {
           apiVersion: "v1",
           kind: "DeleteOptions",
-          gracePeriodSeconds: 0,
+          ...(deletion.gracePeriodSeconds !== undefined ? { gracePeriodSeconds: Math.max(1, deletion.gracePeriodSeconds) } : {}),
           ...(deletion.uid ? { preconditions: { uid: deletion.uid } } : {}),
         });
-        log.info({ pod: deletion.name }, "deleted sandbox pod");
+        log.info({ pod: deletion.name, gracePeriodSeconds: deletion.gracePeriodSeconds ?? "the pod's own" }, "deleted sandbox pod");
         gone.push(deletion.name);
       } catch (err) {
         // Gone already, or replaced by a newer pod of the same name (uid precondition): either way

@@ -9,7 +9,8 @@ import type { Logger } from "pino";
 import { ApiError, type Json, type KubeClient } from "../kube/client.ts";
 
 export type InformerEvent = "add" | "update" | "delete" | "resync";
-export type InformerHandler = (event: InformerEvent, object: Json) => void;
+/** `previous` is the cached object an update replaces. */
+export type InformerHandler = (event: InformerEvent, object: Json, previous?: Json) => void;
 
 export interface InformerOptions {
   name: string;
@@ -21,6 +22,11 @@ export interface InformerOptions {
   /** With no sign of life for this long the watch is restarted (and /healthz complains). */
   silenceMs: number;
   log: Logger;
+  /**
+   * What of each object the cache keeps (as controller-runtime's cache transforms do): it must
+   * keep metadata.name, namespace and resourceVersion.
+   */
+  transform?: (object: Json) => Json;
 }
 
 const key = (o: Json) => {
@@ -95,10 +101,10 @@ export class Informer {
     this.request = undefined;
   }
 
-  private emit(event: InformerEvent, object: Json): void {
+  private emit(event: InformerEvent, object: Json, previous?: Json): void {
     for (const handler of this.handlers) {
       try {
-        handler(event, object);
+        handler(event, object, previous);
       } catch (err) {
         this.options.log.error({ err, informer: this.options.name }, "informer handler failed");
       }
@@ -131,13 +137,14 @@ export class Informer {
       labelSelector: this.options.labelSelector,
     });
     const seen = new Set<string>();
-    for (const object of list.items) {
+    for (const raw of list.items) {
+      const object = this.options.transform ? this.options.transform(raw) : raw;
       const k = key(object);
       seen.add(k);
       const previous = this.objects.get(k);
       this.objects.set(k, object);
       if (!previous) this.emit("add", object);
-      else if (rv(previous) !== rv(object)) this.emit("update", object);
+      else if (rv(previous) !== rv(object)) this.emit("update", object, previous);
     }
     for (const [k, object] of this.objects) {
       if (!seen.has(k)) {
@@ -176,15 +183,16 @@ export class Informer {
     }
   }
 
-  private onEvent(generation: number, type: string, object: Json): void {
+  private onEvent(generation: number, type: string, raw: Json): void {
     if (generation !== this.generation) return;
     this.lastActivity = Date.now();
     this.failures = 0;
     if (type === "ERROR") {
-      const code = (object as { code?: number }).code;
-      this.restart(new ApiError("WATCH", this.options.path, code ?? 500, object));
+      const code = (raw as { code?: number }).code;
+      this.restart(new ApiError("WATCH", this.options.path, code ?? 500, raw));
       return;
     }
+    const object = this.options.transform && type !== "BOOKMARK" ? this.options.transform(raw) : raw;
     const version = rv(object);
     if (version) this.resourceVersion = version;
     if (type === "BOOKMARK") return;
@@ -196,7 +204,7 @@ export class Informer {
     const previous = this.objects.get(k);
     this.objects.set(k, object);
     if (!previous) this.emit("add", object);
-    else if (rv(previous) !== version) this.emit("update", object);
+    else if (rv(previous) !== version) this.emit("update", object, previous);
   }
 
   private onDone(generation: number, err: unknown): void {

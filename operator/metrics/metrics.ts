@@ -101,6 +101,11 @@ export class Metrics {
     help: "Active AgentRuns whose last heartbeat is older than half their heartbeat timeout",
     registers: [this.registry],
   });
+  readonly unconfirmedSandboxes = new Gauge({
+    name: "watchdog_unconfirmed_sandboxes",
+    help: "AgentRuns with a deleted sandbox pod not confirmed gone past unconfirmedAfter (SandboxUnconfirmed=True): no replacement starts",
+    registers: [this.registry],
+  });
   readonly hungKilled = new Counter({
     name: "watchdog_hung_sandboxes_killed_total",
     help: "Sandbox pods deleted because their heartbeat timed out",
@@ -177,8 +182,9 @@ export class Metrics {
     this.nudges.inc(0);
     // Every reason starts at 0, so increase() sees the first event after a restart.
     for (const reason of ["ToolLoop", "RecoveryBudgetExhausted", "StallUnresolved", "UnconfirmedSideEffect"]) this.needsHuman.inc({ reason }, 0);
-    for (const reason of ["HeartbeatTimeout", "PodFailed", "RateLimited"]) this.requeues.inc({ reason }, 0);
+    for (const reason of ["HeartbeatTimeout", "PodFailed", "RateLimited", "StartTimeout"]) this.requeues.inc({ reason }, 0);
     this.staleHeartbeats.set(0);
+    this.unconfirmedSandboxes.set(0);
   }
 
   private readonly mirrored = new Map<string, number>();

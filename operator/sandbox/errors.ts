@@ -2,19 +2,26 @@
 // watchdog reads (message, HTTP status, Retry-After). The watchdog acts on these fields: 429 means
 // "rate limited, back off without spending restarts", and a Retry-After sets the wait.
 import type { ToolCall } from "../api/agentrun.ts";
+import { SANDBOX_EXIT_CODES } from "../api/annotations.ts";
 
 /** Upper bounds of the ToolCallError fields in the CRD. */
 export const MAX_ERROR_MESSAGE = 4096;
 export const MAX_RETRY_AFTER_SECONDS = 86_400;
 
-/** How a sandbox process ends. Only 0 completes the run; every other code is a crash to the watchdog. */
+/**
+ * How a sandbox process ends. Only 0 completes the run; unconfirmedSideEffect stops it for a
+ * person; every other code is a crash to the watchdog.
+ */
 export const EXIT_CODES = {
   completed: 0,
   failed: 1,
   /** The sandbox env does not name a run. */
   config: 2,
-  /** A non-idempotent call of an earlier attempt has an unknown outcome (rule 10). */
-  unconfirmedSideEffect: 3,
+  /**
+   * A non-idempotent call of an earlier attempt has an unknown outcome (rule 10): the watchdog
+   * reads this exit as NeedsHumanIntervention (UnconfirmedSideEffect), never as a crash.
+   */
+  unconfirmedSideEffect: SANDBOX_EXIT_CODES.unconfirmedSideEffect,
   /** A newer attempt took over, or the operator stopped the run. */
   fenced: 4,
   /** The approval was rejected or timed out. */

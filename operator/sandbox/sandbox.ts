@@ -36,7 +36,7 @@ import type {
   SandboxState,
   ToolCall,
 } from "../api/agentrun.ts";
-import { NOT_CURRENT_SANDBOX } from "../api/annotations.ts";
+import { NOT_CURRENT_SANDBOX, SANDBOX_FIELD_MANAGER } from "../api/annotations.ts";
 import { ApiError, KubeClient, isNotFound, paths, type Json } from "../kube/client.ts";
 import { createLogger } from "../log.ts";
 import { readRun } from "../watchdog/observe.ts";
@@ -951,7 +951,9 @@ export class Sandbox {
       this.heartbeatRequested = false;
       this.inFlight = true;
       try {
-        await this.client.mergePatch(paths.runStatus(this.namespace, this.runName), { status });
+        // Under its own field manager: the API server's record of this write (managedFields) is
+        // the heartbeat's time on the server's clock, which is what the watchdog measures by.
+        await this.client.mergePatch(paths.runStatus(this.namespace, this.runName), { status }, { fieldManager: SANDBOX_FIELD_MANAGER });
         this.inFlight = false;
         this.counters.writes++;
         if (heartbeatOnly) this.counters.heartbeatWrites++;

@@ -1,18 +1,37 @@
 // Turning API objects into what the core reasons about. A sandbox can write anything its RBAC
 // lets it write; a field that does not parse is dropped and reported, never thrown.
-import { AgentRun, AgentRunSpec, AgentRunStatus, ObjectMeta, SANDBOX_STATUS_FIELDS } from "../api/agentrun.ts";
+import { AgentRun, AgentRunSpec, AgentRunStatus, ObjectMeta, SANDBOX_STATUS_FIELDS, ToolCall } from "../api/agentrun.ts";
 import { LABELS } from "../api/annotations.ts";
+
+type Json = Record<string, unknown>;
+
+export interface ContainerEnd {
+  code?: number;
+  reason?: string;
+  message?: string;
+}
 
 export interface PodView {
   name: string;
   uid?: string;
+  /** The uid of the pod's controller owner: a pod belongs to the run whose uid this is. */
+  ownerUid?: string;
   /** The attempt label; undefined when missing or not a number. */
   attempt?: number;
   phase: "Pending" | "Running" | "Succeeded" | "Failed" | "Unknown";
   createdAt: number;
   deleting: boolean;
+  /** When the deletion was asked for, if it was (deletionTimestamp minus the grace). */
+  deletionRequestedAt?: number;
+  nodeName?: string;
+  /** The grace its containers get on deletion: the deletion's own, else the pod's. */
+  gracePeriodSeconds: number;
   /** How the pod ended, when it has. */
-  exit?: { code?: number; reason?: string; message?: string };
+  exit?: ContainerEnd;
+  /** The agent container (watchdog.agentContainer, else the first): when it started and how it ended. */
+  agent: { name?: string; startedAt?: number; ended?: ContainerEnd };
+  /** Every container has terminated: the kubelet is about to report the pod's final phase. */
+  stopped: boolean;
 }
 
 export function toMillis(value: unknown): number | undefined {
@@ -24,7 +43,15 @@ export function toMillis(value: unknown): number | undefined {
   return undefined;
 }
 
-type Json = Record<string, unknown>;
+function terminated(cs: Json | undefined): ContainerEnd | undefined {
+  const t = ((cs?.state as Json | undefined)?.terminated ?? (cs?.lastState as Json | undefined)?.terminated) as Json | undefined;
+  if (!t) return undefined;
+  return {
+    code: typeof t.exitCode === "number" ? t.exitCode : undefined,
+    reason: typeof t.reason === "string" ? t.reason : undefined,
+    message: typeof t.message === "string" ? t.message : undefined,
+  };
+}
 
 function terminatedState(pod: Json): PodView["exit"] {
   const status = (pod.status ?? {}) as Json;
@@ -32,15 +59,8 @@ function terminatedState(pod: Json): PodView["exit"] {
   // The first container that failed says most about why the sandbox died.
   let found: PodView["exit"];
   for (const cs of statuses) {
-    const terminated = ((cs.state as Json | undefined)?.terminated ?? (cs.lastState as Json | undefined)?.terminated) as
-      | Json
-      | undefined;
-    if (!terminated) continue;
-    const exit = {
-      code: typeof terminated.exitCode === "number" ? terminated.exitCode : undefined,
-      reason: typeof terminated.reason === "string" ? terminated.reason : undefined,
-      message: typeof terminated.message === "string" ? terminated.message : undefined,
-    };
+    const exit = terminated(cs);
+    if (!exit) continue;
     if (!found || (exit.code ?? 0) !== 0) found = exit;
     if ((exit.code ?? 0) !== 0) break;
   }
@@ -50,10 +70,31 @@ function terminatedState(pod: Json): PodView["exit"] {
   return { ...found, reason: podReason ?? found?.reason, message: podMessage ?? found?.message };
 }
 
-/** A pod as the core sees it. Accepts client-node objects (Date timestamps) and plain JSON. */
-export function podView(pod: unknown): PodView {
+function agentState(pod: Json, agentContainer: string | undefined): PodView["agent"] {
+  const spec = (pod.spec ?? {}) as Json;
+  const name = agentContainer ?? ((spec.containers as Json[] | undefined)?.[0]?.name as string | undefined);
+  const statuses = ((pod.status as Json | undefined)?.containerStatuses as Json[] | undefined) ?? [];
+  const cs = name === undefined ? undefined : statuses.find((c) => c.name === name);
+  const state = (cs?.state ?? {}) as Json;
+  const running = state.running as Json | undefined;
+  const ended = state.terminated ? terminated(cs) : undefined;
+  const startedAt = toMillis(running?.startedAt ?? (state.terminated as Json | undefined)?.startedAt);
+  const agent: PodView["agent"] = {};
+  if (name !== undefined) agent.name = name;
+  // A container that never ran has a terminated state with a zero start time (1970): not a start.
+  if (startedAt !== undefined && startedAt > 0) agent.startedAt = startedAt;
+  if (ended) agent.ended = ended;
+  return agent;
+}
+
+/**
+ * A pod as the core sees it. Accepts client-node objects (Date timestamps) and plain JSON.
+ * `agentContainer` names the container whose exit decides the attempt (default: the first).
+ */
+export function podView(pod: unknown, agentContainer?: string): PodView {
   const p = pod as Json;
   const meta = (p.metadata ?? {}) as Json;
+  const spec = (p.spec ?? {}) as Json;
   const labels = (meta.labels ?? {}) as Record<string, string>;
   const attemptLabel = Number(labels[LABELS.attempt]);
   const rawPhase = (p.status as Json | undefined)?.phase;
@@ -63,14 +104,25 @@ export function podView(pod: unknown): PodView {
       : rawPhase === undefined
         ? "Pending"
         : "Unknown";
+  const statuses = ((p.status as Json | undefined)?.containerStatuses as Json[] | undefined) ?? [];
+  const deletionAt = toMillis(meta.deletionTimestamp);
+  const deletionGrace = typeof meta.deletionGracePeriodSeconds === "number" ? meta.deletionGracePeriodSeconds : undefined;
+  const podGrace = typeof spec.terminationGracePeriodSeconds === "number" ? spec.terminationGracePeriodSeconds : 30;
   const view: PodView = {
     name: String(meta.name),
     phase,
     createdAt: toMillis(meta.creationTimestamp) ?? 0,
     deleting: meta.deletionTimestamp !== undefined && meta.deletionTimestamp !== null,
+    gracePeriodSeconds: deletionGrace ?? podGrace,
+    agent: agentState(p, agentContainer),
+    stopped: statuses.length > 0 && statuses.every((cs) => (cs.state as Json | undefined)?.terminated !== undefined),
   };
   if (typeof meta.uid === "string") view.uid = meta.uid;
+  const owner = ((meta.ownerReferences as Json[] | undefined) ?? []).find((o) => o.controller === true);
+  if (owner && typeof owner.uid === "string") view.ownerUid = owner.uid;
   if (Number.isInteger(attemptLabel) && attemptLabel > 0) view.attempt = attemptLabel;
+  if (typeof spec.nodeName === "string" && spec.nodeName) view.nodeName = spec.nodeName;
+  if (deletionAt !== undefined) view.deletionRequestedAt = deletionAt - (deletionGrace ?? 0) * 1000;
   if (phase === "Failed" || phase === "Succeeded") {
     const exit = terminatedState(p);
     if (exit) view.exit = exit;
@@ -83,6 +135,66 @@ export function isLive(pod: PodView): boolean {
   return pod.phase !== "Succeeded" && pod.phase !== "Failed";
 }
 
+/**
+ * A pod with something to stop: live, and not merely waiting for the kubelet to report the final
+ * phase of containers that have all terminated. Clean-ups delete these only, so that a finished
+ * pod keeps its logs. (Rule 9 still waits for the final phase: isLive.)
+ */
+export function hasWork(pod: PodView): boolean {
+  return isLive(pod) && !pod.stopped;
+}
+
+/** What the core needs to know of a node: whether its kubelet is in contact, and since when. */
+export interface NodeView {
+  name: string;
+  /** The Ready condition: True, False or Unknown (the node controller's verdict). */
+  ready: "True" | "False" | "Unknown";
+  /** The node was declared shut down (node.kubernetes.io/out-of-service): its pods are the pod GC's. */
+  outOfService: boolean;
+  /** When the kubelet last renewed its Lease, on the API server's clock (ms), if known. */
+  lastContact?: number;
+}
+
+export const OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service";
+
+/** A Node (and its kube-node-lease Lease, when known) as the core sees it. */
+export function nodeView(node: unknown, lease?: unknown): NodeView {
+  const n = node as Json;
+  const meta = (n.metadata ?? {}) as Json;
+  const conditions = ((n.status as Json | undefined)?.conditions as Json[] | undefined) ?? [];
+  const ready = conditions.find((c) => c.type === "Ready")?.status;
+  const taints = ((n.spec as Json | undefined)?.taints as Json[] | undefined) ?? [];
+  const view: NodeView = {
+    name: String(meta.name),
+    ready: ready === "True" || ready === "False" ? ready : "Unknown",
+    outOfService: taints.some((t) => t.key === OUT_OF_SERVICE_TAINT),
+  };
+  const contact = lease ? serverWriteTime(lease, ["f:spec", "f:renewTime"]) : undefined;
+  if (contact !== undefined) view.lastContact = contact;
+  return view;
+}
+
+/**
+ * When the API server accepted the newest write of the field at `path` (fieldsV1 keys), from the
+ * object's managedFields: the server's own clock, whatever clock the writer has, in whole seconds
+ * (the true time is up to a second later).
+ */
+export function serverWriteTime(object: unknown, path: string[]): number | undefined {
+  const entries = (((object as Json).metadata as Json | undefined)?.managedFields as Json[] | undefined) ?? [];
+  let newest: number | undefined;
+  for (const entry of entries) {
+    let fields = entry.fieldsV1 as Json | undefined;
+    for (const key of path) fields = (fields?.[key] ?? undefined) as Json | undefined;
+    if (fields === undefined) continue;
+    const time = toMillis(entry.time);
+    if (time !== undefined && (newest === undefined || time > newest)) newest = time;
+  }
+  return newest;
+}
+
+/** Where the sandbox's heartbeat time lives in managedFields. */
+export const HEARTBEAT_FIELD = ["f:status", "f:heartbeat", "f:time"];
+
 export type ReadRun = { ok: true; run: AgentRun; problems: string[] } | { ok: false; error: string };
 
 function describeIssues(issues: readonly { path: readonly PropertyKey[]; message: string }[], prefix: string): string {
@@ -90,6 +202,30 @@ function describeIssues(issues: readonly { path: readonly PropertyKey[]; message
     .slice(0, 3)
     .map((i) => `${[prefix, ...i.path.map(String)].join(".")}: ${i.message}`)
     .join("; ");
+}
+
+/**
+ * The tool call records that parse; one malformed element drops only itself (rule 12), so that
+ * garbage beside a Started non-idempotent call can never hide it from rule 10.
+ */
+function readToolCalls(value: unknown, problems: string[]): ToolCall[] | undefined {
+  if (!Array.isArray(value)) {
+    problems.push("status.toolCalls: expected an array");
+    return undefined;
+  }
+  const calls: ToolCall[] = [];
+  let dropped = 0;
+  let first: string | undefined;
+  for (const [i, element] of value.slice(-64).entries()) {
+    const parsed = ToolCall.safeParse(element);
+    if (parsed.success) calls.push(parsed.data);
+    else {
+      dropped++;
+      first ??= describeIssues(parsed.error.issues, `status.toolCalls[${i}]`);
+    }
+  }
+  if (dropped > 0) problems.push(`${dropped} of ${Math.min(value.length, 64)} status.toolCalls records are invalid and ignored (${first})`);
+  return calls;
 }
 
 /**
@@ -111,6 +247,11 @@ export function readRun(raw: unknown): ReadRun {
   for (const [field, value] of Object.entries(rawStatus)) {
     const schema = shape[field];
     if (!schema || value === null || value === undefined) continue;
+    if (field === "toolCalls") {
+      const calls = readToolCalls(value, problems);
+      if (calls) status.toolCalls = calls;
+      continue;
+    }
     const parsed = schema.safeParse(value);
     if (parsed.success) {
       status[field] = parsed.data;

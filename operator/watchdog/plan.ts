@@ -12,6 +12,9 @@ export const OPERATOR_STATUS_FIELDS = [
   "restarts",
   "rateLimitRequeues",
   "podName",
+  "podUID",
+  "nodeName",
+  "terminating",
   "retryAfter",
   "startTime",
   "completionTime",
@@ -54,6 +57,12 @@ export interface PodDeletion {
   name: string;
   /** The pod's uid, used as a delete precondition so a newer pod of the same name is never hit. */
   uid?: string;
+  /**
+   * Seconds its containers get to stop: killGracePeriod when the watchdog kills a sandbox;
+   * undefined leaves the pod's own terminationGracePeriodSeconds. Never 0: a pod is never
+   * force-deleted, since a node cut off from the API server would keep its containers running.
+   */
+  gracePeriodSeconds?: number;
 }
 
 export interface Plan {
@@ -61,11 +70,12 @@ export interface Plan {
   status?: StatusPatch;
   /** Operator annotations to merge, or undefined when they are already right. */
   annotations?: AnnotationPatch;
-  /** Sandbox pods to delete with grace 0. */
+  /** Sandbox pods to delete, gracefully. */
   deletePods: PodDeletion[];
   /**
-   * A sandbox pod to create. The core only asks for one when no live pod of the run is known; the
-   * controller confirms that against the API server before creating it.
+   * A sandbox pod to create. The core only asks for one when no pod of the run may still run
+   * (rule 9); the controller confirms that against the API server before creating it, and puts the
+   * new pod's uid into status.podUID with the status write that names it.
    */
   createPod?: SandboxPodManifest;
   /** Objects the new pod needs (its ServiceAccount and RBAC), created first if missing. */

@@ -23,10 +23,17 @@ export const REASONS = {
   approved: "Approved",
   rejected: "Rejected",
   approvalTimeout: "ApprovalTimeout",
+  startTimeout: "StartTimeout",
+  answerRefused: "AnswerRefused",
+  approvalRequested: "ApprovalRequested",
+  nodeUnreachable: "NodeUnreachable",
+  terminationPending: "TerminationPending",
+  sandboxGone: "SandboxGone",
+  sandboxAdopted: "SandboxAdopted",
 } as const;
 
 /** Failures that spend the recovery allowance (maxRestarts). */
-export type RestartReason = typeof REASONS.heartbeatTimeout | typeof REASONS.podFailed;
+export type RestartReason = typeof REASONS.heartbeatTimeout | typeof REASONS.podFailed | typeof REASONS.startTimeout;
 /** Reasons that leave a run waiting for a person. */
 export type InterventionReason =
   | typeof REASONS.toolLoop

@@ -66,7 +66,9 @@ export function identityObjects(run: AgentRun, identity: SandboxIdentity): Json[
       kind: "Role",
       metadata: meta,
       rules: [
-        { apiGroups: [GROUP], resources: [PLURAL], verbs: ["get", "list", "watch"] },
+        // Its own run only: RBAC allows a list or watch with resourceNames when the request selects
+        // that one name (fieldSelector metadata.name=<run>), which is how the SDK watches its run.
+        { apiGroups: [GROUP], resources: [PLURAL], verbs: ["get", "list", "watch"], resourceNames: [run.metadata.name] },
         { apiGroups: [GROUP], resources: [`${PLURAL}/status`], verbs: ["get", "patch", "update"], resourceNames: [run.metadata.name] },
       ],
     },

@@ -19,9 +19,14 @@ export interface SandboxPodManifest {
   spec: Json;
 }
 
-/** Attempt n of run r runs in pod "r-n": deterministic, so a repeated create fails with 409. */
-export function sandboxPodName(runName: string, attempt: number): string {
-  return `${runName}-${attempt}`;
+/**
+ * Attempt n of run r runs in pod "r-n-<uid>", with the first five characters of the run's uid:
+ * deterministic, so a repeated create fails with 409 and is recognised, and never the name of a pod
+ * an earlier run of the same name left behind (deleted with --cascade=orphan, say).
+ */
+export function sandboxPodName(run: Pick<AgentRun, "metadata">, attempt: number): string {
+  const uid = (run.metadata.uid ?? "").replace(/[^a-z0-9]/g, "").slice(0, 5);
+  return uid ? `${run.metadata.name}-${attempt}-${uid}` : `${run.metadata.name}-${attempt}`;
 }
 
 function withContractEnv(container: Json, run: AgentRun, attempt: number): Json {
@@ -42,7 +47,7 @@ export function sandboxPod(run: AgentRun, attempt: number, identity: SandboxIden
   const spec = template.spec as Json;
   const containers = (spec.containers as Json[]).map((c) => withContractEnv(c, run, attempt));
   const metadata: SandboxPodManifest["metadata"] = {
-    name: sandboxPodName(name, attempt),
+    name: sandboxPodName(run, attempt),
     namespace: run.metadata.namespace as string,
     labels: { ...(templateMeta.labels ?? {}), [LABELS.run]: name, [LABELS.attempt]: String(attempt) },
     ownerReferences: [

@@ -34,7 +34,9 @@ export interface StallStep {
 
 /**
  * Advances the stall state for the latest activity at `now`. `paused` stops the timer without
- * forgetting the state (a run awaiting a person's reply is not stalled).
+ * forgetting the state (a tool call in flight is work, not a stall). `toServer` moves a time the
+ * sandbox reported onto the server's clock: the sandbox's own clock orders its activities, the
+ * server's times the nudges.
  */
 export function stepStall(
   current: StallStatus | undefined,
@@ -42,6 +44,7 @@ export function stepStall(
   now: number,
   settings: StallSettings,
   paused: boolean,
+  toServer: (time: string | undefined) => number | undefined = toMillis,
 ): StallStep {
   let stall: StallStatus = current ?? DISARMED;
   if (!settings.enabled) {
@@ -61,8 +64,8 @@ export function stepStall(
 
   // The timer runs from the newest of: the arming text, a later tool result or text, the last nudge.
   const since = Math.max(
-    toMillis(stall.armedAt) ?? 0,
-    activity && activityAt !== undefined && (activity.kind === "toolResult" || activity.kind === "text") ? activityAt : 0,
+    toServer(stall.armedAt) ?? 0,
+    activity && activityAt !== undefined && (activity.kind === "toolResult" || activity.kind === "text") ? (toServer(activity.time) ?? 0) : 0,
     stall.state === "Fired" ? (toMillis(stall.lastNudge?.time) ?? 0) : 0,
   );
   const deadline = since + settings.timeoutMs;

@@ -60,3 +60,8 @@ export function detectLoop(
 export function unconfirmedCall(calls: readonly ToolCall[] | undefined, heartbeat: Heartbeat | undefined, attempt: number): ToolCall | undefined {
   return calls?.find((c) => c.state === "Started" && c.idempotent === false && callAttempt(c, heartbeat) === attempt);
 }
+
+/** A call of the current attempt recorded Started and not finished: a tool is running (rule 7). */
+export function inFlightCall(calls: readonly ToolCall[] | undefined, heartbeat: Heartbeat | undefined, attempt: number): ToolCall | undefined {
+  return calls?.find((c) => c.state === "Started" && callAttempt(c, heartbeat) === attempt);
+}

@@ -139,9 +139,13 @@ describe("the operator under the chart's RBAC", () => {
     const token = await requestToken(admin, sysNs, fullname);
     const role = manifests.find((o: any) => o.kind === "Role" && o.metadata.name === `${fullname}-manager`) as any;
     expect(role.metadata.namespace).toBe(runNs);
-    expect(await grantsOf(token, runNs)).toEqual(expand(role.rules));
+    // Reading nodes is cluster-wide, so it shows in every namespace (rule 9 needs it).
+    const nodes = find(manifests, "ClusterRole", `${fullname}-nodes`);
+    expect(await grantsOf(token, runNs)).toEqual([...expand(role.rules), ...expand(nodes.rules)].sort());
     const leader = find(manifests, "Role", `${fullname}-leader-election`);
-    expect(await grantsOf(token, sysNs)).toEqual(expand(leader.rules));
+    expect(await grantsOf(token, sysNs)).toEqual([...expand(leader.rules), ...expand(nodes.rules)].sort());
+    const leases = find(manifests, "Role", `${fullname}-node-leases`);
+    expect(await grantsOf(token, "kube-node-lease")).toEqual([...expand(leases.rules), ...expand(nodes.rules)].sort());
   });
 });
 
@@ -277,13 +281,20 @@ describe("a sandbox with a token bound to its pod", () => {
     operator = undefined;
     const spec = structuredClone(ownPod.spec);
     delete spec.nodeName;
-    const next = await admin.create<any>(paths.pods(runNs), {
+    const next: any = await admin.create<any>(paths.pods(runNs), {
       apiVersion: "v1",
       kind: "Pod",
       metadata: { name: "own-2", labels: { ...ownPod.metadata.labels, "watchdog.dev/attempt": "2" } },
       spec,
     });
-    await admin.mergePatch(paths.runStatus(runNs, "own"), { status: { phase: "Starting", attempt: 2, podName: "own-2" } });
+    // The name alone is not enough: a pod of that name from an earlier run is another pod.
+    const name = (await runStatus("own")).podName;
+    expect(name).toBe(ownPod.metadata.name);
+    await admin.mergePatch(paths.runStatus(runNs, "own"), { status: { podUID: "00000000-0000-0000-0000-000000000000" } });
+    const byUid = await refusal(heartbeat(sandbox, "own", 1));
+    expect(byUid.code).toBe(403);
+    expect(byUid.message).toContain(`pod ${ownPod.metadata.name} (uid ${ownPod.metadata.uid}) is not the current sandbox of AgentRun own`);
+    await admin.mergePatch(paths.runStatus(runNs, "own"), { status: { phase: "Starting", attempt: 2, podName: "own-2", podUID: next.metadata.uid } });
     expect((await admin.get<any>(paths.pod(runNs, ownPod.metadata.name))).metadata.uid).toBe(ownPod.metadata.uid);
 
     for (const attempt of [1, 2]) {

@@ -136,14 +136,18 @@ describe("helm template with the default values", () => {
     expect(kinds).toEqual(
       [
         "ClusterRole/agent-watchdog-manager",
+        "ClusterRole/agent-watchdog-nodes",
         "ClusterRole/agent-watchdog-sandbox",
         "ClusterRoleBinding/agent-watchdog-manager",
+        "ClusterRoleBinding/agent-watchdog-nodes",
         "ConfigMap/agent-watchdog-defaults",
         "CustomResourceDefinition/agentruns.watchdog.dev",
         "Deployment/agent-watchdog",
         "PodDisruptionBudget/agent-watchdog",
         "Role/agent-watchdog-leader-election",
+        "Role/agent-watchdog-node-leases",
         "RoleBinding/agent-watchdog-leader-election",
+        "RoleBinding/agent-watchdog-node-leases",
         "Service/agent-watchdog-metrics",
         "ServiceAccount/agent-watchdog",
         "ValidatingAdmissionPolicy/agent-watchdog-sandbox-fencing",
@@ -154,7 +158,9 @@ describe("helm template with the default values", () => {
       const meta = o.metadata as any;
       expect(meta.labels["app.kubernetes.io/instance"], `${o.kind} ${meta.name}`).toBe(RELEASE);
       const clusterScoped = ["ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"];
-      expect(meta.namespace, `${o.kind} ${meta.name}`).toBe(clusterScoped.includes(o.kind as string) ? undefined : NS);
+      // The node Leases live in kube-node-lease; everything else namespaced is the release's.
+      const namespace = (meta.name as string).endsWith("-node-leases") ? "kube-node-lease" : NS;
+      expect(meta.namespace, `${o.kind} ${meta.name}`).toBe(clusterScoped.includes(o.kind as string) ? undefined : namespace);
     }
     expect(find(objects, "PodDisruptionBudget").spec).toEqual({
       minAvailable: 1,
@@ -266,9 +272,11 @@ describe("helm template with every feature on", () => {
     expect(policy.spec.egress[0].to).toEqual([{ ipBlock: { cidr: "10.0.0.1/32" } }]);
     expect(policy.spec.egress[2].to).toEqual([{ podSelector: { matchLabels: { app: "postgresql" } } }]);
 
-    // Watching one namespace: a Role there instead of the ClusterRole; sandboxes still need theirs.
+    // Watching one namespace: a Role there instead of the ClusterRole; sandboxes still need theirs,
+    // and confirming a sandbox gone needs reading nodes, which are cluster-wide.
     expect(find(objects, "ClusterRole", `${RELEASE}-manager`)).toBeUndefined();
-    expect(find(objects, "ClusterRoleBinding")).toBeUndefined();
+    expect(find(objects, "ClusterRoleBinding", `${RELEASE}-manager`)).toBeUndefined();
+    expect(find(objects, "ClusterRole", `${RELEASE}-nodes`).rules).toEqual([{ apiGroups: [""], resources: ["nodes"], verbs: ["get", "list", "watch"] }]);
     const role = find(objects, "Role", `${RELEASE}-manager`);
     expect(role.metadata.namespace).toBe("agents");
     expect(role.rules).toEqual(find(await render({}, { namespace: NS }), "ClusterRole", `${RELEASE}-manager`).rules);
@@ -375,7 +383,8 @@ describe("the chart stays in step with the operator and its own documentation", 
   it("offers exactly the fields of spec.watchdog as install defaults, all empty by default", () => {
     const defaults = values.watchdog.defaults;
     const schemaDefaults = schema.properties.watchdog.properties.defaults.properties;
-    const spec = Object.keys(WatchdogSpec.shape).sort();
+    // Every field a run may set, but the agent container: only a run names its own containers.
+    const spec = Object.keys(WatchdogSpec.shape).filter((k) => k !== "agentContainer").sort();
     expect(Object.keys(defaults).sort()).toEqual(spec);
     expect(Object.keys(schemaDefaults).sort()).toEqual(spec);
     for (const key of ["backoff", "rateLimitBackoff"]) {

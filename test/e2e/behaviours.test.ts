@@ -9,6 +9,7 @@ import { Informer } from "../../operator/controller/informer.ts";
 import { paths, type Json, type KubeClient } from "../../operator/kube/client.ts";
 import { readHistory } from "../../operator/ledger/read.ts";
 import { isLive, podView } from "../../operator/watchdog/observe.ts";
+import { sandboxPodName } from "../../operator/watchdog/sandbox-pod.ts";
 import { driveUntilSettled, type Run } from "../../hack/demo/driver.ts";
 import { emailsByRun, judge } from "../../hack/demo/judge.ts";
 import { byLabel, parseMetrics, total } from "../../hack/demo/prometheus.ts";
@@ -28,6 +29,9 @@ let pods: Informer;
 let runs: Run[];
 let approved: Set<string>;
 let emails: Map<string, number>;
+
+/** The name of a run's attempt's pod (it carries the run's uid). */
+const podOf = (name: string, attempt: number) => sandboxPodName(runs.find((r) => r.metadata.name === name)!, attempt);
 /** The most live pods any one run had at once, as the pod watch saw them. */
 const maxLive = new Map<string, number>();
 
@@ -97,7 +101,7 @@ describe("every example behaviour on the real machinery", () => {
       ["lookup", "Succeeded", 1],
       ["lookup", "Succeeded", 1],
     ]);
-    const pod = await client.get<any>(paths.pod(ns, `${run.metadata.name}-1`));
+    const pod = await client.get<any>(paths.pod(ns, podOf(run.metadata.name, 1)));
     expect(pod.status.phase).toBe("Succeeded");
     expect(pod.status.containerStatuses[0].state.terminated).toMatchObject({ exitCode: 0 });
   });
@@ -111,9 +115,9 @@ describe("every example behaviour on the real machinery", () => {
     // Both sandboxes were deleted by the operator, and neither process outlived its pod (the
     // runner kills it, unless the agent, fenced by the new attempt, exited first).
     expect(await client.get<any>(paths.pods(ns), { labelSelector: `watchdog.dev/run=${name}` }).then((l) => l.items)).toEqual([]);
-    expect(ended(name)).toEqual([`${name}-1`, `${name}-2`]);
+    expect(ended(name)).toEqual([podOf(name, 1), podOf(name, 2)]);
     // The agent stopped heartbeating because it made no progress, which is what a hang is.
-    expect(log(`${name}-2`)).toContain("no progress for longer than the progress timeout");
+    expect(log(podOf(name, 2))).toContain("no progress for longer than the progress timeout");
     // Events are recorded after the status that ends the run, so wait for them.
     await waitFor("its Warnings", async () => {
       const warnings = new Set((await events(name)).filter((e) => e.type === "Warning").map((e) => e.reason));
@@ -125,12 +129,12 @@ describe("every example behaviour on the real machinery", () => {
     const run = runOf("crash");
     const name = run.metadata.name;
     expect(run.status).toMatchObject({ phase: "Completed", attempt: 2, restarts: 1, lastFailure: { reason: "PodFailed", attempt: 1 } });
-    const failed = await client.get<any>(paths.pod(ns, `${name}-1`));
+    const failed = await client.get<any>(paths.pod(ns, podOf(name, 1)));
     expect(failed.status).toMatchObject({ phase: "Failed" });
     expect(failed.status.containerStatuses[0].state.terminated.exitCode).toBe(1);
     // Step 1 was committed by attempt 1; attempt 2 did steps 2 and 3 only.
     expect(run.status.toolCalls.map((c: any) => c.attempt)).toEqual([1, 2, 2]);
-    expect(said(log(`${name}-2`), "resuming from the checkpoint")).toEqual([expect.objectContaining({ step: 1 })]);
+    expect(said(log(podOf(name, 2)), "resuming from the checkpoint")).toEqual([expect.objectContaining({ step: 1 })]);
   });
 
   it("tool-loop: the same failing call three times stops the run for a person, and its sandbox is killed", async () => {
@@ -162,7 +166,7 @@ describe("every example behaviour on the real machinery", () => {
     const run = runOf("stall");
     const name = run.metadata.name;
     expect(run.status).toMatchObject({ phase: "NeedsHumanIntervention", reason: "StallUnresolved", stall: { nudges: 2 } });
-    expect(said(log(`${name}-1`), "nudged; staying silent").map((r) => r.nudge)).toEqual([1, 2]);
+    expect(said(log(podOf(name, 1)), "nudged; staying silent").map((r) => r.nudge)).toEqual([1, 2]);
     expect((await events(name)).filter((e) => e.reason === "StallDetected")).toHaveLength(2);
   });
 
@@ -175,8 +179,8 @@ describe("every example behaviour on the real machinery", () => {
       [1, "prepare_release"],
       [2, "deploy"],
     ]);
-    expect(ended(name)).toEqual([`${name}-1`, `${name}-2`]);
-    expect(said(log(`${name}-2`), "approval received")).toEqual([expect.objectContaining({ answer: APPROVAL_ANSWER })]);
+    expect(ended(name)).toEqual([podOf(name, 1), podOf(name, 2)]);
+    expect(said(log(podOf(name, 2)), "approval received")).toEqual([expect.objectContaining({ answer: APPROVAL_ANSWER })]);
   });
 
   it("side-effect-then-crash: the e-mail is sent exactly once across the crash and the replay", async () => {
@@ -188,7 +192,7 @@ describe("every example behaviour on the real machinery", () => {
     expect(first).toMatchObject({ name: "send_email", attempt: 1, state: "Started" });
     expect(second).toMatchObject({ name: "send_email", attempt: 2, state: "Succeeded" });
     expect(second.idempotencyKey).toBe(first.idempotencyKey);
-    expect(said(log(`${name}-2`), "the outbox already had this e-mail")).toHaveLength(1);
+    expect(said(log(podOf(name, 2)), "the outbox already had this e-mail")).toHaveLength(1);
   });
 
   it("never had two live sandboxes for one run, nor two processes for one pod", () => {

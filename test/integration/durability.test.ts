@@ -2,7 +2,7 @@
 // with empty memory, which creates the next sandbox at retry-after: not before, not much later.
 import { afterEach, beforeEach, expect, it } from "vitest";
 import type { KubeClient } from "../../operator/kube/client.ts";
-import { createRun, deleteNamespace, getRun, kube, listPods, newNamespace, runManifest } from "../support/cluster.ts";
+import { createRun, deleteNamespace, getRun, kube, listPods, newNamespace, runManifest, ofAttempt } from "../support/cluster.ts";
 import { startOperator, type OperatorProcess } from "../support/operator-process.ts";
 import { setPodPhase } from "../support/sandbox.ts";
 import { holds, waitFor } from "../support/wait.ts";
@@ -40,8 +40,8 @@ it("creates the replacement at retry-after after the operator is SIGKILLed and r
   const second = await startOperator(ns);
   operators.push(second);
 
-  await holds("no replacement before retry-after", async () => (await listPods(client, ns, "durable")).every((p) => p.metadata.name !== "durable-2"), retryAfter - Date.now() - 500, 50);
-  const replacement = await waitFor("replacement pod", async () => (await listPods(client, ns, "durable")).find((p) => p.metadata.name === "durable-2"), { timeoutMs: 20_000, intervalMs: 50 });
+  await holds("no replacement before retry-after", async () => (await listPods(client, ns, "durable")).every((p) => !ofAttempt(2)(p)), retryAfter - Date.now() - 500, 50);
+  const replacement = await waitFor("replacement pod", async () => (await listPods(client, ns, "durable")).find(ofAttempt(2)), { timeoutMs: 20_000, intervalMs: 50 });
   const seenAt = Date.now();
   expect(Date.parse(replacement.metadata.creationTimestamp)).toBeGreaterThanOrEqual(Math.floor(retryAfter / 1000) * 1000);
   // "not seconds later": the fresh operator acted on the durable wake-up, not on a resync

@@ -12,7 +12,7 @@ import { paths, type Json, type KubeClient } from "../../operator/kube/client.ts
 import { createLogger } from "../../operator/log.ts";
 import { Outbox } from "../../operator/example-agent/outbox.ts";
 import { EXIT_CODES, runAgent, Sandbox, type SandboxOptions, type ToolContext } from "../../operator/sandbox/index.ts";
-import { condition, createRun, deleteNamespace, getRun, kube, kubeconfigPath, listPods, newNamespace, runManifest } from "../support/cluster.ts";
+import { condition, createRun, deleteNamespace, getRun, kube, kubeconfigPath, listPods, newNamespace, runManifest, ofAttempt } from "../support/cluster.ts";
 import { startOperator, type OperatorProcess } from "../support/operator-process.ts";
 import { setPodPhase } from "../support/sandbox.ts";
 import { holds, waitFor } from "../support/wait.ts";
@@ -42,7 +42,7 @@ afterEach(async (ctx) => {
 // --- playing the kubelet --------------------------------------------------------------------
 
 async function podOf(run: string, attempt: number, timeoutMs = 30_000): Promise<any> {
-  return waitFor(`pod ${run}-${attempt}`, async () => (await listPods(client, ns, run)).find((p) => p.metadata.name === `${run}-${attempt}`), { timeoutMs });
+  return waitFor(`pod ${run}-${attempt}`, async () => (await listPods(client, ns, run)).find(ofAttempt(attempt)), { timeoutMs });
 }
 
 /** Waits for the attempt's pod and marks it Running, as a kubelet would. */
@@ -54,7 +54,7 @@ async function running(run: string, attempt: number, timeoutMs?: number): Promis
 
 /** Reports how the sandbox process ended, as a kubelet would. */
 async function exited(run: string, attempt: number, code: number): Promise<void> {
-  await setPodPhase(client, ns, `${run}-${attempt}`, code === 0 ? "Succeeded" : "Failed", code);
+  await setPodPhase(client, ns, (await podOf(run, attempt)).metadata.name, code === 0 ? "Succeeded" : "Failed", code);
 }
 
 async function phaseOf(run: string, phase: string, timeoutMs = 30_000): Promise<any> {
@@ -160,6 +160,15 @@ async function withDeadline<T>(p: Promise<T>, ms: number, what: () => string): P
 
 async function annotate(run: string, annotations: Record<string, string>): Promise<void> {
   await client.mergePatch(paths.run(ns, run), { metadata: { annotations } });
+}
+
+/** Approves the run's pending request, naming it (watchdog.dev/approval-id) as the contract requires. */
+async function approveRequest(run: string, answer: string): Promise<void> {
+  const pending = await waitFor(`a recorded request of ${run}`, async () => {
+    const r = await getRun(client, ns, run);
+    return r.status?.approval?.state === "Pending" && r.status.approval.id ? r.status.approval.id : undefined;
+  });
+  await annotate(run, { "watchdog.dev/approve": answer, "watchdog.dev/approval-id": pending });
 }
 
 /** Keeps an in-process agent busy (showing progress) for `ms`: the agent's work, not a wait. */
@@ -293,7 +302,7 @@ describe("the sandbox SDK against a real API server and operator", () => {
 
     const stopped = await phaseOf("charge", "NeedsHumanIntervention");
     expect(condition(stopped, "NeedsHumanIntervention")).toMatchObject({ status: "True", reason: "UnconfirmedSideEffect" });
-    await holds("no second sandbox", async () => (await listPods(client, ns, "charge")).every((p) => p.metadata.name === "charge-1"), 2000);
+    await holds("no second sandbox", async () => (await listPods(client, ns, "charge")).every(ofAttempt(1)), 2000);
 
     // A person looks, then resumes: the new attempt is told the outcome is unknown, and still does
     // not charge again under the same key.
@@ -441,7 +450,7 @@ describe("the sandbox SDK against a real API server and operator", () => {
     await waitFor("the released pod to be gone", async () => (await listPods(client, ns, "approve")).length === 0);
     await holds("no sandbox while a person thinks", async () => (await listPods(client, ns, "approve")).length === 0, 1500);
 
-    await annotate("approve", { "watchdog.dev/approve": "ship it" });
+    await approveRequest("approve", "ship it");
     const two = await attemptOf("approve", 2, "await-approval");
     expect(two.code).toBe(0);
     expect(two.child.said("approval received")).toEqual([expect.objectContaining({ answer: "ship it" })]);
@@ -461,7 +470,7 @@ describe("the sandbox SDK against a real API server and operator", () => {
     await phaseOf("wait", "AwaitingReply");
     // Longer than the heartbeat timeout: waiting for a person is not hanging.
     await holds("the run to stay AwaitingReply", async () => (await getRun(client, ns, "wait")).status.phase === "AwaitingReply", 5000);
-    await annotate("wait", { "watchdog.dev/approve": "yes, delete it" });
+    await approveRequest("wait", "yes, delete it");
     await expect(answer).resolves.toBe("yes, delete it");
     await phaseOf("wait", "Planning");
   });

@@ -3,7 +3,7 @@
 // real operator process act.
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { paths, type KubeClient } from "../../operator/kube/client.ts";
-import { condition, createRun, deleteNamespace, getRun, kube, listEvents, listPods, newNamespace, runManifest } from "../support/cluster.ts";
+import { condition, createRun, deleteNamespace, getRun, kube, listEvents, listPods, newNamespace, runManifest, ofAttempt } from "../support/cluster.ts";
 import { startOperator, type OperatorProcess } from "../support/operator-process.ts";
 import { failedCall, heartbeat, setPodPhase, writeToolCalls } from "../support/sandbox.ts";
 import { holds, waitFor } from "../support/wait.ts";
@@ -27,7 +27,7 @@ afterEach(async (ctx) => {
 });
 
 async function podOf(run: string, attempt: number): Promise<any> {
-  return waitFor(`pod ${run}-${attempt}`, async () => (await listPods(client, ns, run)).find((p) => p.metadata.name === `${run}-${attempt}`));
+  return waitFor(`pod ${run}-${attempt}`, async () => (await listPods(client, ns, run)).find(ofAttempt(attempt)));
 }
 
 async function running(run: string, attempt = 1): Promise<any> {
@@ -69,8 +69,8 @@ describe("the watchdog against a real API server", () => {
     const last = await heartbeat(client, ns, "hung", 1, "ExecutingTool");
     const deadline = Date.parse((last.status as any).heartbeat.time) + 4000;
     // not before the deadline (minus a second for clock granularity between processes)
-    await holds("pod hung-1 to live until its deadline", async () => (await listPods(client, ns, "hung")).some((p) => p.metadata.name === "hung-1"), deadline - Date.now() - 1000);
-    await waitFor("pod hung-1 deleted", async () => !(await listPods(client, ns, "hung")).some((p) => p.metadata.name === "hung-1"), { timeoutMs: 15_000 });
+    await holds("pod hung-1 to live until its deadline", async () => (await listPods(client, ns, "hung")).some(ofAttempt(1)), deadline - Date.now() - 1000);
+    await waitFor("pod hung-1 deleted", async () => !(await listPods(client, ns, "hung")).some(ofAttempt(1)), { timeoutMs: 15_000 });
     const deletedAt = Date.now();
     expect(deletedAt).toBeGreaterThanOrEqual(deadline - 1000);
 
@@ -211,7 +211,7 @@ describe("the watchdog against a real API server", () => {
     expect(run.status).toMatchObject({ attempt: 2, restarts: 0, observedResume: "by-test-1" });
     expect(condition(run, "NeedsHumanIntervention")).toMatchObject({ status: "False", reason: "Resumed" });
     // the old failures do not count again
-    await setPodPhase(client, ns, "resume-2", "Running");
+    await setPodPhase(client, ns, (await podOf("resume", 2)).metadata.name, "Running");
     await heartbeat(client, ns, "resume", 2, "Planning");
     await phaseOf("resume", "Planning");
     await holds("no loop from old failures", async () => (await getRun(client, ns, "resume")).status.phase === "Planning", 2000);

@@ -137,7 +137,8 @@ describe("the chart with the image built here, on the real node", () => {
       expect(run.status).toMatchObject({ attempt: 1, restarts: 0 });
     }
     // Exits come from the kubelet: the agent container terminated with 0.
-    const pod = await client.get<any>(paths.pod(runs, "long-1"));
+    const long = await client.get<any>(paths.run(runs, "long"));
+    const pod = await client.get<any>(paths.pod(runs, long.status.podName));
     expect(pod.status.containerStatuses[0].state.terminated).toMatchObject({ exitCode: 0, reason: "Completed" });
   });
 

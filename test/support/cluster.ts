@@ -66,6 +66,9 @@ export async function getRun(client: KubeClient, namespace: string, name: string
   return client.get(paths.run(namespace, name));
 }
 
+/** A pod of the given attempt (its watchdog.dev/attempt label); pod names also carry the run's uid. */
+export const ofAttempt = (attempt: number) => (pod: any) => pod.metadata?.labels?.["watchdog.dev/attempt"] === String(attempt);
+
 export async function listPods(client: KubeClient, namespace: string, run: string): Promise<any[]> {
   const list = await client.get<{ items: any[] }>(paths.pods(namespace), { labelSelector: `watchdog.dev/run=${run}` });
   return list.items;

@@ -1,30 +1,49 @@
 // A tiny in-memory cluster for the pure core: it applies plans the way the controller does
-// (status merge patch, annotation patch, pod deletes, pod create) and records what happened, so
-// tests can play the sandbox and the kubelet against `decide` without an API server.
+// (status merge patch, annotation patch, graceful pod deletes, pod create) and records what
+// happened, so tests can play the sandbox, the kubelet and the API server against `decide`
+// without an API server. The API server stamps each heartbeat write into managedFields with its
+// own clock (whole seconds), as the real one does; the sandbox's clock may be off.
 import { decide } from "../../operator/watchdog/decide.ts";
-import { isLive, podView } from "../../operator/watchdog/observe.ts";
+import { isLive, podView, type NodeView } from "../../operator/watchdog/observe.ts";
 import { applyMergePatch } from "../../operator/watchdog/merge-patch.ts";
 import type { Plan } from "../../operator/watchdog/plan.ts";
 import type { InstallDefaults } from "../../operator/api/defaults.ts";
 import { LABELS } from "../../operator/api/annotations.ts";
-import { T0, iso, run as makeRun } from "./fixtures.ts";
+import { T0, heartbeatManagedFields, iso, run as makeRun } from "./fixtures.ts";
 
 type Json = Record<string, any>;
 
-export interface Violation {
-  message: string;
-}
+/** What the node does with a deleted pod. */
+export type Kubelet =
+  /** stops its containers at once: terminal phase, then the object goes (the kubelet's final delete) */
+  | "prompt"
+  /** leaves it terminating, containers running, until finalizePods() */
+  | "slow"
+  /** the node is cut off: deleted pods stay terminating and running; the node is not Ready */
+  | "cutOff";
+
+export const NODE = "node-1";
 
 export class World {
   now = T0;
   run: Json;
   pods = new Map<string, Json>();
+  /** Final states of pods whose objects disappeared, as the controller's watch saw them. */
+  tombstones: Json[] = [];
   plans: Plan[] = [];
   created: { name: string; at: number; attempt: number }[] = [];
-  deleted: { name: string; at: number }[] = [];
+  deleted: { name: string; at: number; grace?: number }[] = [];
   violations: string[] = [];
-  /** When true, deleted pods linger as terminating until `finalizePods`. */
-  slowDeletes = false;
+  kubelet: Kubelet = "prompt";
+  /** The sandbox's clock minus the server's. */
+  sandboxClockSkewMs = 0;
+  /** When the node's kubelet last renewed its Lease (server clock). */
+  nodeContact = T0;
+  /**
+   * Containers of pods whose objects were force-deleted while their node could not stop them: they
+   * run on until the node's kubelet, in contact again, kills them (at diesAt).
+   */
+  orphans: { name: string; diesAt?: number }[] = [];
   defaults: InstallDefaults | undefined;
 
   constructor(spec: Json = {}, defaults?: InstallDefaults) {
@@ -44,14 +63,40 @@ export class World {
   currentPod(): Json | undefined {
     return this.pods.get(this.status.podName);
   }
+  /** The name the run's attempt n runs under. */
+  podName(attempt: number): string {
+    return `r-${attempt}-uidr`;
+  }
 
   advance(ms: number): void {
     this.now += ms;
+    if (this.kubelet !== "cutOff") this.nodeContact = this.now;
+    this.orphans = this.orphans.filter((o) => o.diesAt === undefined || o.diesAt > this.now);
+  }
+
+  /** The node is in contact again: its kubelet stops, within a couple of seconds, what the API no longer has. */
+  nodeBack(): void {
+    this.kubelet = "prompt";
+    for (const o of this.orphans) o.diesAt ??= this.now + 2_000;
+    this.finalizePods();
+    this.advance(0);
+  }
+
+  nodes(): Map<string, NodeView> {
+    const cutOff = this.kubelet === "cutOff";
+    return new Map([[NODE, { name: NODE, ready: cutOff ? "Unknown" : "True", outOfService: false, lastContact: this.nodeContact }]]);
   }
 
   /** Runs the core once and applies its plan. */
   reconcile(): Plan {
-    const plan = decide({ run: structuredClone(this.run), pods: [...this.pods.values()].map((p) => structuredClone(p)), now: this.now, defaults: this.defaults });
+    const plan = decide({
+      run: structuredClone(this.run),
+      pods: [...this.pods.values()].map((p) => structuredClone(p)),
+      now: this.now,
+      defaults: this.defaults,
+      deletedPods: structuredClone(this.tombstones),
+      nodes: this.nodes(),
+    });
     this.apply(plan);
     this.plans.push(plan);
     return plan;
@@ -72,10 +117,10 @@ export class World {
     for (let i = 0; i < max; i++) {
       const wake = this.plans.at(-1)?.wakeAt;
       if (wake === undefined || wake > until) break;
-      this.now = Math.max(this.now, wake);
+      this.advance(Math.max(0, wake - this.now));
       this.settle();
     }
-    this.now = Math.max(this.now, until);
+    this.advance(Math.max(0, until - this.now));
     this.settle();
   }
 
@@ -91,37 +136,74 @@ export class World {
     }
     for (const deletion of plan.deletePods) {
       const pod = this.pods.get(deletion.name);
-      if (!pod) continue;
-      this.deleted.push({ name: deletion.name, at: this.now });
-      if (this.slowDeletes) pod.metadata.deletionTimestamp = iso(this.now);
-      else this.pods.delete(deletion.name);
+      if (!pod || (deletion.uid && pod.metadata.uid !== deletion.uid)) continue;
+      if (deletion.gracePeriodSeconds === 0) this.violations.push(`force-deleted ${deletion.name}`);
+      this.deleted.push({ name: deletion.name, at: this.now, grace: deletion.gracePeriodSeconds });
+      this.deletePod(pod, deletion.gracePeriodSeconds);
     }
     if (plan.createPod) {
       const attempt = Number(plan.createPod.metadata.labels[LABELS.attempt]);
       if (this.livePods.length > 0) this.violations.push(`created ${plan.createPod.metadata.name} while ${this.livePods.map((p) => p.metadata.name).join(",")} live`);
+      if (this.orphans.length > 0) this.violations.push(`created ${plan.createPod.metadata.name} while the containers of ${this.orphans.map((o) => o.name).join(",")} still run`);
       const retryAfter = Date.parse(this.annotations["watchdog.dev/retry-after"] ?? "");
       if (!Number.isNaN(retryAfter) && this.now < retryAfter) this.violations.push(`created ${plan.createPod.metadata.name} before retry-after`);
       if (this.pods.has(plan.createPod.metadata.name)) {
         this.violations.push(`pod ${plan.createPod.metadata.name} already exists`);
         return;
       }
+      const uid = `uid-${plan.createPod.metadata.name}`;
       this.pods.set(plan.createPod.metadata.name, {
         ...structuredClone(plan.createPod),
-        metadata: { ...structuredClone(plan.createPod.metadata), uid: `uid-${plan.createPod.metadata.name}`, creationTimestamp: iso(this.now) },
+        metadata: { ...structuredClone(plan.createPod.metadata), uid, creationTimestamp: iso(this.now) },
+        spec: { ...structuredClone(plan.createPod.spec), nodeName: NODE },
         status: { phase: "Pending" },
       });
+      // The executor writes the new pod's uid with the status that names it.
+      if (plan.status) this.run.status = { ...this.run.status, podUID: uid };
       this.created.push({ name: plan.createPod.metadata.name, at: this.now, attempt });
     }
   }
 
-  // --- the kubelet -------------------------------------------------------------------------------
+  // --- the kubelet and the API server -------------------------------------------------------
 
+  private deletePod(pod: Json, grace?: number): void {
+    if (!pod.metadata.deletionTimestamp) {
+      const seconds = grace ?? pod.spec?.terminationGracePeriodSeconds ?? 30;
+      pod.metadata.deletionTimestamp = iso(this.now + seconds * 1000);
+      pod.metadata.deletionGracePeriodSeconds = seconds;
+    }
+    if (this.kubelet === "prompt") this.stopAndRemove(pod);
+  }
+
+  /** The kubelet stops the pod's containers, reports it terminal, and deletes the object. */
+  private stopAndRemove(pod: Json): void {
+    if (isLive(podView(pod))) {
+      pod.status = {
+        phase: "Failed",
+        containerStatuses: [{ name: "agent", state: { terminated: { exitCode: 137, reason: "Error" } } }],
+      };
+    }
+    this.pods.delete(pod.metadata.name);
+    this.tombstones.push(structuredClone(pod));
+  }
+
+  /** A slow or cut-off kubelet finally stops the terminating pods. */
   finalizePods(): void {
-    for (const [name, pod] of this.pods) if (pod.metadata.deletionTimestamp) this.pods.delete(name);
+    for (const pod of [...this.pods.values()]) if (pod.metadata.deletionTimestamp) this.stopAndRemove(pod);
+  }
+  /** Someone force-deletes the terminating pods: the objects vanish, their containers run on. */
+  forceDeleteByOthers(): void {
+    for (const pod of [...this.pods.values()]) {
+      if (!pod.metadata.deletionTimestamp) continue;
+      this.pods.delete(pod.metadata.name);
+      this.tombstones.push(structuredClone(pod));
+      // A kubelet in contact kills them soon; a cut-off one only once it is back.
+      if (isLive(podView(pod))) this.orphans.push({ name: pod.metadata.name, ...(this.kubelet === "cutOff" ? {} : { diesAt: this.now + 2_000 }) });
+    }
   }
   podRunning(): void {
     const pod = this.currentPod();
-    if (pod) pod.status = { phase: "Running" };
+    if (pod) pod.status = { phase: "Running", containerStatuses: [{ name: "agent", state: { running: { startedAt: iso(this.now) } } }] };
   }
   podExit(code: number, reason?: string): void {
     const pod = this.currentPod();
@@ -131,23 +213,27 @@ export class World {
       containerStatuses: [{ name: "agent", state: { terminated: { exitCode: code, ...(reason ? { reason } : {}) } } }],
     };
   }
+  /** Someone else deletes the current pod, gracefully; the kubelet does what it does. */
   podDeletedByOthers(): void {
     const pod = this.currentPod();
-    if (pod) this.pods.delete(pod.metadata.name);
+    if (pod) this.deletePod(pod);
   }
 
-  // --- the sandbox -------------------------------------------------------------------------------
+  // --- the sandbox ---------------------------------------------------------------------------
 
   private patchStatus(fields: Json): void {
     this.run.status = { ...(this.run.status ?? {}), ...fields };
   }
   heartbeat(state: "Planning" | "ExecutingTool" | "AwaitingReply" = "Planning", activity?: { kind: string; at?: number }, attempt = this.status.attempt): void {
-    const hb: Json = { time: iso(this.now), attempt, state };
-    if (activity) hb.activity = { kind: activity.kind, time: iso(activity.at ?? this.now) };
+    const sandboxNow = this.now + this.sandboxClockSkewMs;
+    const hb: Json = { time: iso(sandboxNow), attempt, state };
+    if (activity) hb.activity = { kind: activity.kind, time: iso((activity.at ?? this.now) + this.sandboxClockSkewMs) };
     else if (this.status.heartbeat?.activity) hb.activity = this.status.heartbeat.activity;
     this.patchStatus({ heartbeat: hb });
+    // The API server's record of the write, on its own clock.
+    this.run.metadata.managedFields = heartbeatManagedFields(this.now);
   }
-  toolCall(call: { name: string; argsHash?: string; state: "Started" | "Succeeded" | "Failed"; httpStatus?: number; retryAfterSeconds?: number; id?: string; attempt?: number | null }): void {
+  toolCall(call: { name: string; argsHash?: string; state: "Started" | "Succeeded" | "Failed"; httpStatus?: number; retryAfterSeconds?: number; id?: string; attempt?: number | null; idempotent?: boolean }): void {
     const calls = [...(this.status.toolCalls ?? [])];
     const record: Json = {
       id: call.id ?? `c${calls.length + 1}-${this.now}`,
@@ -157,16 +243,19 @@ export class World {
       startedAt: iso(this.now),
     };
     if (call.attempt !== null) record.attempt = call.attempt ?? this.status.attempt;
+    if (call.idempotent !== undefined) record.idempotent = call.idempotent;
     if (call.state === "Failed") {
       record.error = { message: "failed" };
       if (call.httpStatus !== undefined) record.error.httpStatus = call.httpStatus;
       if (call.retryAfterSeconds !== undefined) record.error.retryAfterSeconds = call.retryAfterSeconds;
     }
-    calls.push(record);
+    const existing = calls.findIndex((c) => c.id === record.id);
+    if (existing >= 0) calls[existing] = record;
+    else calls.push(record);
     this.patchStatus({ toolCalls: calls.slice(-64) });
   }
 
-  // --- the user ---------------------------------------------------------------------------------
+  // --- the user ------------------------------------------------------------------------------
 
   setSpec(fields: Json): void {
     this.run.spec = { ...this.run.spec, ...fields };
@@ -174,6 +263,11 @@ export class World {
   }
   annotate(key: string, value: string): void {
     this.run.metadata.annotations = { ...this.annotations, [key]: value };
+  }
+  /** Approves (or rejects) the pending request, naming it as the contract requires. */
+  answer(kind: "approve" | "reject", text: string, id = this.status.approval?.id): void {
+    this.annotate(`watchdog.dev/${kind}`, text);
+    if (id !== undefined) this.annotate("watchdog.dev/approval-id", id);
   }
   condition(type: string): Json | undefined {
     return (this.status.conditions ?? []).find((c: Json) => c.type === type);

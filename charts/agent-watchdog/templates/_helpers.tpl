@@ -121,7 +121,7 @@ What the operator is allowed to do in the namespaces it watches: exactly the req
   verbs: [update]
 - apiGroups: [""]
   resources: [pods]
-  # delete: hung and failed sandboxes are deleted with grace period 0.
+  # delete: hung sandboxes are killed, gracefully (watchdog.killGracePeriod), never force-deleted.
   verbs: [get, list, watch, create, delete]
 - apiGroups: [events.k8s.io]
   resources: [events]

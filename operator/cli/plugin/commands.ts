@@ -209,41 +209,49 @@ async function resume(ctx: Context): Promise<number> {
   return 0;
 }
 
-function requirePendingRequest(ctx: Context, run: Json, verb: string): void {
+/** The id of the request the answer is for: it is set beside the answer, so it can answer no other. */
+function requirePendingRequest(ctx: Context, run: Json, verb: string): string {
   const status = statusOf(run);
   if (status.phase !== "AwaitingReply") {
     throw new CliError(`agentrun "${ctx.run}" is ${phaseText(status)}, not AwaitingReply: there is no request to ${verb}`);
   }
-  // An answer set while no request is pending would be taken as the answer to the next one.
   if (status.approval && status.approval.state !== "Pending") {
     throw new CliError(`the request of agentrun "${ctx.run}" was already answered (${status.approval.state}); nothing is pending`);
   }
+  if (!status.approval?.id) {
+    throw new CliError(`agentrun "${ctx.run}" awaits a reply, but the watchdog has not recorded the request yet; try again in a moment`);
+  }
+  return status.approval.id;
 }
 
 async function approve(ctx: Context): Promise<number> {
   const answer = ctx.inv.answer ?? "";
   let released = false;
+  let id = "";
   await annotateChecked(
     ctx,
     (run) => {
-      requirePendingRequest(ctx, run, "approve");
+      id = requirePendingRequest(ctx, run, "approve");
       released = !statusOf(run).podName;
     },
-    () => ({ [ANNOTATIONS.approve]: answer, [ANNOTATIONS.reject]: null }),
+    () => ({ [ANNOTATIONS.approve]: answer, [ANNOTATIONS.approvalId]: id, [ANNOTATIONS.reject]: null }),
   );
   const next = released ? "a new sandbox resumes from the checkpoint" : "the sandbox carries on";
-  ctx.io.out(`agentrun "${ctx.run}" approved${answer ? ` with the answer ${JSON.stringify(answer)}` : ""}: ${ANNOTATIONS.approve} set; ${next}\n`);
+  ctx.io.out(`agentrun "${ctx.run}" approved request ${id}${answer ? ` with the answer ${JSON.stringify(answer)}` : ""}: ${ANNOTATIONS.approve} set; ${next}\n`);
   return 0;
 }
 
 async function reject(ctx: Context): Promise<number> {
   const reason = ctx.inv.reason ?? "";
+  let id = "";
   await annotateChecked(
     ctx,
-    (run) => requirePendingRequest(ctx, run, "reject"),
-    () => ({ [ANNOTATIONS.reject]: reason, [ANNOTATIONS.approve]: null }),
+    (run) => {
+      id = requirePendingRequest(ctx, run, "reject");
+    },
+    () => ({ [ANNOTATIONS.reject]: reason, [ANNOTATIONS.approvalId]: id, [ANNOTATIONS.approve]: null }),
   );
-  ctx.io.out(`agentrun "${ctx.run}" rejected${reason ? ` (${JSON.stringify(reason)})` : ""}: ${ANNOTATIONS.reject} set; the run ends as Failed\n`);
+  ctx.io.out(`agentrun "${ctx.run}" rejected request ${id}${reason ? ` (${JSON.stringify(reason)})` : ""}: ${ANNOTATIONS.reject} set; the run ends as Failed\n`);
   return 0;
 }
 

@@ -1,6 +1,7 @@
 // What `kubectl agentrun` prints: ages as kubectl writes them, the run table, and the describe
 // page. Pure functions of the objects and the time, so that every line can be tested.
 import type { AgentRunStatus, EffectiveWatchdog } from "../../api/agentrun.ts";
+import { HEARTBEAT_FIELD, serverWriteTime } from "../../watchdog/observe.ts";
 import { ANNOTATIONS } from "../../api/annotations.ts";
 import type { Json } from "../../kube/client.ts";
 import { timelineLine, type TimelineItem } from "./timeline.ts";
@@ -58,6 +59,15 @@ function view(run: Json): RunView {
 }
 
 /** The current attempt's heartbeat; an earlier attempt's says nothing about the running one. */
+/**
+ * When the API server accepted the heartbeat (its managedFields time), as the watchdog measures it;
+ * the sandbox's own clock only when the server's record is missing.
+ */
+function heartbeatTime(run: Json, sandboxTime: string): string {
+  const server = serverWriteTime(run, HEARTBEAT_FIELD);
+  return server !== undefined ? new Date(server).toISOString() : sandboxTime;
+}
+
 function currentHeartbeat(status: AgentRunStatus) {
   const hb = status.heartbeat;
   return hb && hb.attempt === status.attempt ? hb : undefined;
@@ -98,7 +108,7 @@ export interface ListOptions {
 }
 
 export function formatList(runs: readonly Json[], options: ListOptions, now: number): string {
-  const header = ["NAME", "PHASE", "ATTEMPT", "RESTARTS", "HEARTBEAT", "NUDGES", "REASON", "AGE"];
+  const header = ["NAME", "PHASE", "ATTEMPT", "RESTARTS", "HEARTBEAT", "NUDGES", "APPROVAL", "REASON", "AGE"];
   if (options.wide) header.push("POD", "STALL", "RETRY", "MESSAGE");
   if (options.allNamespaces) header.unshift("NAMESPACE");
   const rows = runs.map((run) => {
@@ -110,8 +120,10 @@ export function formatList(runs: readonly Json[], options: ListOptions, now: num
       s.phase ?? "-",
       s.attempt !== undefined ? String(s.attempt) : "-",
       restartsColumn(s),
-      hb ? age(hb.time, now) : "-",
+      hb ? age(heartbeatTime(run, hb.time), now) : "-",
       nudgesColumn(s),
+      // The pending request's id: what an answer must name (watchdog.dev/approval-id).
+      s.approval?.state === "Pending" && s.approval.id ? s.approval.id : "-",
       s.reason ?? "-",
       age(r.created, now),
     ];
@@ -223,10 +235,10 @@ function approvalLine(name: string, status: AgentRunStatus, now: number): string
   if (!a) return undefined;
   if (a.state === "Pending") {
     const released = status.phase === "AwaitingReply" && !status.podName ? "; its sandbox pod was released" : "";
-    return `Pending since ${a.requestedAt} (${relative(a.requestedAt, now)})${released}; answer with: kubectl agentrun approve ${name} [--answer TEXT], or reject ${name} [--reason TEXT]`;
+    return `Pending${a.id ? ` (request ${a.id})` : ""} since ${a.requestedAt} (${relative(a.requestedAt, now)})${released}; answer with: kubectl agentrun approve ${name} [--answer TEXT], or reject ${name} [--reason TEXT]`;
   }
   const detail = a.state === "Approved" ? (a.answer ? `, answer ${JSON.stringify(a.answer)}` : "") : a.state === "Rejected" && a.reason ? `, reason ${JSON.stringify(a.reason)}` : "";
-  return `${a.state}${a.decidedAt ? ` ${relative(a.decidedAt, now)}` : ""}${detail} (requested ${a.requestedAt})`;
+  return `${a.state}${a.decidedAt ? ` ${relative(a.decidedAt, now)}` : ""}${detail} (request ${a.id ?? "-"}, made ${a.requestedAt})`;
 }
 
 function heartbeatLine(status: AgentRunStatus, now: number): string | undefined {
@@ -250,7 +262,7 @@ export function formatDescribe({ run, timeline, timelineSource, now }: DescribeI
   const s = r.status;
   const spec = r.spec;
   const suspended = spec.suspend === true;
-  const userAnnotations = [ANNOTATIONS.resume, ANNOTATIONS.approve, ANNOTATIONS.reject]
+  const userAnnotations = [ANNOTATIONS.resume, ANNOTATIONS.approve, ANNOTATIONS.reject, ANNOTATIONS.approvalId]
     .filter((k) => r.annotations[k] !== undefined)
     .map((k) => `${k}=${JSON.stringify(r.annotations[k])}`)
     .join(", ");

@@ -80,17 +80,28 @@ describe("the run table", () => {
     const now = T0 + 60 * s;
     expect(formatList([runningRun(), queued, fresh], { allNamespaces: false, wide: false }, now)).toBe(
       [
-        "NAME     PHASE           ATTEMPT   RESTARTS   HEARTBEAT   NUDGES   REASON             AGE",
-        "r        ExecutingTool   3         2/3        10s         1/2      -                  60s",
-        "queued   Queued          2         1/3        -           0/2      HeartbeatTimeout   60s",
-        "fresh    -               -         -          -           -        -                  60s",
+        "NAME     PHASE           ATTEMPT   RESTARTS   HEARTBEAT   NUDGES   APPROVAL   REASON             AGE",
+        "r        ExecutingTool   3         2/3        10s         1/2      -          -                  60s",
+        "queued   Queued          2         1/3        -           0/2      -          HeartbeatTimeout   60s",
+        "fresh    -               -         -          -           -        -          -                  60s",
         "",
       ].join("\n"),
     );
     const wide = formatList([runningRun(), queued], { allNamespaces: true, wide: true }, now).split("\n");
-    expect(wide[0]).toMatch(/^NAMESPACE\s+NAME\s+PHASE\s+ATTEMPT\s+RESTARTS\s+HEARTBEAT\s+NUDGES\s+REASON\s+AGE\s+POD\s+STALL\s+RETRY\s+MESSAGE$/);
-    expect(wide[1]).toMatch(/^ns\s+r\s+ExecutingTool\s+3\s+2\/3\s+10s\s+1\/2\s+-\s+60s\s+r-3\s+Armed\s+-\s+-$/);
+    expect(wide[0]).toMatch(/^NAMESPACE\s+NAME\s+PHASE\s+ATTEMPT\s+RESTARTS\s+HEARTBEAT\s+NUDGES\s+APPROVAL\s+REASON\s+AGE\s+POD\s+STALL\s+RETRY\s+MESSAGE$/);
+    expect(wide[1]).toMatch(/^ns\s+r\s+ExecutingTool\s+3\s+2\/3\s+10s\s+1\/2\s+-\s+-\s+60s\s+r-3\s+Armed\s+-\s+-$/);
     expect(wide[2]).toMatch(/^ns\s+queued\s+Queued .* HeartbeatTimeout\s+60s\s+-\s+Disarmed\s+in 10s\s+no heartbeat for 4s; attempt 2 starts later$/);
+  });
+
+  it("shows the pending request's id, which an answer must name, and the heartbeat's age on the server's clock", () => {
+    const asking = runningRun();
+    asking.status.phase = "AwaitingReply";
+    asking.status.approval = { id: "3-abc", state: "Pending", requestedAt: iso(T0) };
+    // The sandbox's clock is an hour ahead; the API server accepted the write 5 s ago.
+    asking.status.heartbeat.time = iso(T0 + 60 * s + 3_600_000);
+    asking.metadata.managedFields = [{ manager: "agent-watchdog-sandbox", time: iso(T0 + 55 * s).replace(".000Z", "Z"), fieldsV1: { "f:status": { "f:heartbeat": { "f:time": {} } } } }];
+    const line = formatList([asking], { allNamespaces: false, wide: false }, T0 + 60 * s).split("\n")[1];
+    expect(line).toMatch(/^r\s+AwaitingReply\s+3\s+2\/3\s+5s\s+1\/2\s+3-abc\s/);
   });
 
   it("marks unknown allowances and disabled stall nudges", () => {

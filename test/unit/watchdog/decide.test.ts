@@ -23,10 +23,10 @@ describe("rule 1: start", () => {
     const plan = w.settle();
     expect(w.status.phase).toBe("Starting");
     expect(w.status.attempt).toBe(1);
-    expect(w.status.podName).toBe("r-1");
+    expect(w.status.podName).toBe("r-1-uidr");
     expect(w.annotations["watchdog.dev/attempt"]).toBe("1");
     expect(w.condition("Running")?.status).toBe("True");
-    const created = w.pods.get("r-1")!;
+    const created = w.pods.get("r-1-uidr")!;
     expect(created.metadata.labels).toMatchObject({ "watchdog.dev/run": "r", "watchdog.dev/attempt": "1" });
     expect(created.metadata.ownerReferences[0]).toMatchObject({ kind: "AgentRun", name: "r", uid: "uid-r", controller: true });
     expect(created.spec.restartPolicy).toBe("Never");
@@ -72,13 +72,15 @@ describe("rule 1: start", () => {
 describe("rule 2: hung", () => {
   it("deletes the pod after the deadline and not before, requeues with backoff and annotations", () => {
     const w = started();
-    const hbAt = w.now;
-    w.advance(1 * M);
+    // The API server keeps the heartbeat's time in whole seconds; the deadline counts from the end
+    // of that second, so a healthy sandbox is never killed early.
+    const hbAt = w.now + 999;
+    w.advance(1 * M + 999);
     w.settle();
-    expect(w.pods.get("r-1")).toBeDefined(); // exactly at the deadline: not yet hung
+    expect(w.pods.get("r-1-uidr")).toBeDefined(); // exactly at the deadline: not yet hung
     w.advance(1);
     const plan = w.settle();
-    expect(w.pods.has("r-1")).toBe(false);
+    expect(w.pods.has("r-1-uidr")).toBe(false);
     expect(w.status.phase).toBe("Queued");
     expect(w.status.attempt).toBe(2);
     expect(w.status.restarts).toBe(1);
@@ -96,21 +98,34 @@ describe("rule 2: hung", () => {
     w.runUntil(retryAfter - 1);
     expect(w.pods.size).toBe(0);
     w.runUntil(retryAfter);
-    expect(w.pods.get("r-2")).toBeDefined();
+    expect(w.pods.get("r-2-uidr")).toBeDefined();
     expect(w.created.at(-1)!.at).toBeGreaterThanOrEqual(retryAfter);
     expect(w.status.phase).toBe("Starting");
     expect(w.condition("BackingOff")?.status).toBe("False");
   });
 
-  it("counts a sandbox that never heartbeats from its pod's creation", () => {
+  it("counts a started sandbox that never heartbeats from its agent container's start", () => {
     const w = new World(fast);
     w.settle();
-    const createdAt = w.now;
-    w.runUntil(createdAt + 1 * M);
+    w.advance(30 * S); // an image pull
+    w.podRunning();
+    const startedAt = w.now;
+    w.runUntil(startedAt + 1 * M);
     expect(w.status.phase).toBe("Starting");
-    w.runUntil(createdAt + 1 * M + 1);
+    w.runUntil(startedAt + 1 * M + 1);
     expect(w.status.phase).toBe("Queued");
     expect(w.status.lastFailure.reason).toBe("HeartbeatTimeout");
+  });
+
+  it("gives a sandbox whose agent has not started startTimeout, and counts that as a restart", () => {
+    const w = new World({ watchdog: { ...fast.watchdog, startTimeout: "5m" } });
+    w.settle();
+    const createdAt = w.now;
+    w.runUntil(createdAt + 5 * M);
+    expect(w.status.phase).toBe("Starting");
+    w.runUntil(createdAt + 5 * M + 1);
+    expect(w.status).toMatchObject({ phase: "Queued", reason: "StartTimeout", restarts: 1 });
+    expect(w.deleted.at(-1)).toMatchObject({ name: "r-1-uidr", grace: 2 });
   });
 
   it("never counts AwaitingReply as hung", () => {
@@ -119,7 +134,7 @@ describe("rule 2: hung", () => {
     w.settle();
     w.runUntil(w.now + 60 * M);
     expect(w.status.phase).toBe("AwaitingReply");
-    expect(w.pods.has("r-1")).toBe(true);
+    expect(w.pods.has("r-1-uidr")).toBe(true);
   });
 
   it("grows the backoff by the factor up to max", () => {
@@ -151,7 +166,7 @@ describe("rule 3: crashed", () => {
     expect(w.status.lastFailure.message).toContain("OOMKilled");
     expect(w.condition("BackingOff")).toMatchObject({ status: "True", reason: "PodFailed" });
     w.runUntil(w.now + 10 * S);
-    expect(w.pods.get("r-2")).toBeDefined();
+    expect(w.pods.get("r-2-uidr")).toBeDefined();
   });
 
   it("treats deletion by anyone else as a crash", () => {
@@ -236,7 +251,7 @@ describe("rule 6: loop", () => {
     w.settle();
     expect(w.status.phase).toBe("NeedsHumanIntervention");
     expect(w.condition("NeedsHumanIntervention")?.reason).toBe("ToolLoop");
-    expect(w.pods.has("r-1")).toBe(false);
+    expect(w.pods.has("r-1-uidr")).toBe(false);
     expect(w.events().some((e) => e.reason === "ToolLoop" && e.type === "Warning")).toBe(true);
     expect(w.plans.flatMap((p) => p.metrics)).toContainEqual({ kind: "needsHuman", reason: "ToolLoop" });
   });
@@ -357,7 +372,7 @@ describe("suspend", () => {
     const plan = w.settle();
     expect(w.status.phase).toBe("Suspended");
     expect(w.condition("Running")).toMatchObject({ status: "False", reason: "Suspended" });
-    expect(w.pods.has("r-1")).toBe(false);
+    expect(w.pods.has("r-1-uidr")).toBe(false);
     expect(plan.wakeAt).toBeUndefined();
     w.runUntil(w.now + 60 * M);
     expect(w.created).toHaveLength(1);
@@ -366,7 +381,7 @@ describe("suspend", () => {
     expect(w.status.phase).toBe("Starting");
     expect(w.status.attempt).toBe(2);
     expect(w.status.restarts).toBe(0);
-    expect(w.pods.has("r-2")).toBe(true);
+    expect(w.pods.has("r-2-uidr")).toBe(true);
   });
 });
 
@@ -431,14 +446,14 @@ describe("rule 8: resume", () => {
 describe("rule 9: never two sandboxes", () => {
   it("waits for the old pod to be gone before creating the next", () => {
     const w = started();
-    w.slowDeletes = true;
-    w.runUntil(w.now + 1 * M + 1);
+    w.kubelet = "slow";
+    w.runUntil(w.now + 1 * M + 1000);
     expect(w.status.phase).toBe("Queued");
     w.runUntil(w.now + 10 * M);
-    expect(w.pods.has("r-2")).toBe(false);
+    expect(w.pods.has("r-2-uidr")).toBe(false);
     w.finalizePods();
     w.settle();
-    expect(w.pods.has("r-2")).toBe(true);
+    expect(w.pods.has("r-2-uidr")).toBe(true);
     expect(w.violations).toEqual([]);
   });
 
@@ -462,7 +477,7 @@ describe("rule 9: never two sandboxes", () => {
 
   it("deletes a stray pod of an earlier attempt while a run is active", () => {
     const plan = decide({
-      run: run({ status: { phase: "Planning", attempt: 2, restarts: 1, podName: "r-2" } }),
+      run: run({ status: { phase: "Planning", attempt: 2, restarts: 1, podName: "r-2", podUID: "uid-pod-2" } }),
       pods: [pod(1), pod(2)],
       now: T0,
     });
@@ -473,7 +488,7 @@ describe("rule 9: never two sandboxes", () => {
   it("adopts the current attempt's pod when the status write after its creation was lost", () => {
     const plan = decide({ run: run({ status: { phase: "Queued", attempt: 1, restarts: 0 } }), pods: [pod(1)], now: T0 });
     expect(plan.createPod).toBeUndefined();
-    expect(plan.status).toMatchObject({ phase: "Starting", podName: "r-1" });
+    expect(plan.status).toMatchObject({ phase: "Starting", podName: "r-1", podUID: "uid-pod-1" });
   });
 });
 
@@ -552,9 +567,9 @@ describe("approval waits", () => {
     expect(w.status.approval).toMatchObject({ state: "Pending" });
     const asked = w.now;
     w.runUntil(asked + 5 * M - 1);
-    expect(w.pods.has("r-1")).toBe(true);
+    expect(w.pods.has("r-1-uidr")).toBe(true);
     w.runUntil(asked + 5 * M);
-    expect(w.pods.has("r-1")).toBe(false);
+    expect(w.pods.has("r-1-uidr")).toBe(false);
     expect(w.status).toMatchObject({ phase: "AwaitingReply", reason: "SandboxReleased", attempt: 2, restarts: 0 });
     expect(w.status.podName).toBeUndefined();
     w.runUntil(w.now + 30 * M);
@@ -564,20 +579,20 @@ describe("approval waits", () => {
   it("starts a new sandbox with the answer when a released run is approved", () => {
     const w = asking();
     w.runUntil(w.now + 5 * M);
-    w.annotate("watchdog.dev/approve", "ship it");
+    w.answer("approve", "ship it");
     w.settle();
     expect(w.status.approval).toMatchObject({ state: "Approved", answer: "ship it" });
     expect(w.annotations["watchdog.dev/approve"]).toBeUndefined();
     expect(w.status).toMatchObject({ phase: "Starting", attempt: 2, restarts: 0 });
-    expect(w.pods.has("r-2")).toBe(true);
+    expect(w.pods.has("r-2-uidr")).toBe(true);
   });
 
   it("lets a live sandbox carry on when approved before the release", () => {
     const w = asking();
-    w.annotate("watchdog.dev/approve", "yes");
+    w.answer("approve", "yes");
     w.settle();
     expect(w.status.approval.state).toBe("Approved");
-    expect(w.pods.has("r-1")).toBe(true);
+    expect(w.pods.has("r-1-uidr")).toBe(true);
     w.heartbeat("Planning");
     w.settle();
     expect(w.status.phase).toBe("Planning");
@@ -590,7 +605,7 @@ describe("approval waits", () => {
 
   it("ends the run on a rejection, and on the approval timeout", () => {
     const w = asking();
-    w.annotate("watchdog.dev/reject", "too risky");
+    w.answer("reject", "too risky");
     w.settle();
     expect(w.status).toMatchObject({ phase: "Failed", reason: "Rejected" });
     expect(w.condition("Succeeded")).toMatchObject({ status: "False", reason: "Rejected" });

@@ -5,7 +5,8 @@ import { describe, expect, it } from "vitest";
 import { decide } from "../../../operator/watchdog/decide.ts";
 import { isQuiet } from "../../../operator/watchdog/plan.ts";
 import { parseDuration } from "../../../operator/api/duration.ts";
-import { World } from "../world.ts";
+import { heartbeatManagedFields } from "../fixtures.ts";
+import { World, type Kubelet } from "../world.ts";
 
 const RUNS = Number(process.env.PROPERTY_RUNS ?? 1000);
 
@@ -18,6 +19,8 @@ type Command =
   | { kind: "podExit"; code: number }
   | { kind: "podDeletedByOthers" }
   | { kind: "finalizePods" }
+  | { kind: "forceDelete" }
+  | { kind: "nodeBack" }
   | { kind: "suspend"; value: boolean }
   | { kind: "resume"; token: string }
   | { kind: "garbage" }
@@ -57,6 +60,8 @@ const command: fc.Arbitrary<Command> = fc.oneof(
   { weight: 2, arbitrary: fc.record({ kind: fc.constant("podExit" as const), code: fc.constantFrom(0, 1, 137) }) },
   { weight: 1, arbitrary: fc.constant({ kind: "podDeletedByOthers" as const }) },
   { weight: 2, arbitrary: fc.constant({ kind: "finalizePods" as const }) },
+  { weight: 1, arbitrary: fc.constant({ kind: "forceDelete" as const }) },
+  { weight: 1, arbitrary: fc.constant({ kind: "nodeBack" as const }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant("suspend" as const), value: fc.boolean() }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant("resume" as const), token: fc.constantFrom("r1", "r2", "r3") }) },
   { weight: 1, arbitrary: fc.constant({ kind: "garbage" as const }) },
@@ -78,7 +83,9 @@ const settings = fc.record({
 
 const scenario = fc.record({
   watchdog: settings,
-  slowDeletes: fc.boolean(),
+  kubelet: fc.constantFrom<Kubelet>("prompt", "slow", "cutOff"),
+  // The sandbox's clock may be off by up to an hour either way: it must not matter.
+  clockSkewMs: fc.oneof(fc.constant(0), fc.integer({ min: -3_600_000, max: 3_600_000 })),
   commands: fc.array(command, { minLength: 1, maxLength: 30 }),
 });
 
@@ -115,6 +122,12 @@ function play(w: World, c: Command): void {
     case "finalizePods":
       w.finalizePods();
       break;
+    case "forceDelete":
+      w.forceDeleteByOthers();
+      break;
+    case "nodeBack":
+      w.nodeBack();
+      break;
     case "suspend":
       w.setSpec({ suspend: c.value });
       break;
@@ -125,11 +138,11 @@ function play(w: World, c: Command): void {
       w.run.status = { ...w.status, heartbeat: { time: "not a time", attempt: -3, state: 42 }, toolCalls: "nope" };
       break;
     case "answer":
-      w.annotate(c.approve ? "watchdog.dev/approve" : "watchdog.dev/reject", "from a person");
+      w.answer(c.approve ? "approve" : "reject", "from a person");
       break;
     case "wake": {
       const wake = w.plans.at(-1)?.wakeAt;
-      if (wake !== undefined && wake > w.now) w.now = wake;
+      if (wake !== undefined && wake > w.now) w.advance(wake - w.now);
       break;
     }
   }
@@ -140,9 +153,10 @@ interface Observer {
 }
 
 /** Plays a scenario, reconciling after each command, and calls `check` after each step. */
-function simulate(s: { watchdog: any; slowDeletes: boolean; commands: Command[] }, check: Observer): World {
+function simulate(s: { watchdog: any; kubelet: Kubelet; clockSkewMs: number; commands: Command[] }, check: Observer): World {
   const w = new World({ watchdog: s.watchdog });
-  w.slowDeletes = s.slowDeletes;
+  w.kubelet = s.kubelet;
+  w.sandboxClockSkewMs = s.clockSkewMs;
   w.settle();
   for (const c of s.commands) {
     const before = { status: structuredClone(w.status), now: w.now };
@@ -156,11 +170,12 @@ function simulate(s: { watchdog: any; slowDeletes: boolean; commands: Command[] 
 const params = { numRuns: RUNS };
 
 describe("watchdog core invariants", () => {
-  it("never has two live sandbox pods, and never creates a pod twice", () => {
+  it("never starts a sandbox while another may still run, never force-deletes, never creates a pod twice", () => {
     fc.assert(
       fc.property(scenario, (s) => {
         simulate(s, (w) => {
-          expect(w.livePods.length).toBeLessThanOrEqual(1);
+          // Live includes terminating pods whose containers a cut-off node keeps running.
+          expect(w.livePods.filter((p) => !p.metadata.deletionTimestamp).length).toBeLessThanOrEqual(1);
           expect(w.violations.filter((v) => !v.includes("retry-after"))).toEqual([]);
         });
       }),
@@ -243,13 +258,19 @@ describe("watchdog core invariants", () => {
       fc.property(scenario, fc.integer({ min: 1, max: 60_000 }), (s, step) => {
         const w = simulate(s, () => {});
         const hb = w.status.heartbeat;
-        if (!hb || typeof hb.time !== "string" || Number.isNaN(Date.parse(hb.time))) return;
-        const settled = decide({ run: w.run, pods: [...w.pods.values()], now: w.now, defaults: undefined });
+        const acceptedAt = Date.parse(w.run.metadata.managedFields?.[0]?.time ?? "");
+        if (!hb || typeof hb.time !== "string" || Number.isNaN(Date.parse(hb.time)) || Number.isNaN(acceptedAt)) return;
+        w.advance(step);
+        const inputs = { pods: [...w.pods.values()], now: w.now, defaults: undefined, nodes: w.nodes(), deletedPods: w.tombstones };
+        const settled = decide({ run: w.run, ...inputs });
         if (!isQuiet(settled)) return; // only a settled run can show that a heartbeat costs nothing
-        // The sandbox heartbeats again: only heartbeat.time moves (never past the operator's now).
+        // The sandbox heartbeats again, its clock as far on as the server's: only heartbeat.time
+        // moves, and the server's record of the write.
         const moved = structuredClone(w.run);
-        moved.status.heartbeat.time = new Date(Math.min(Date.parse(hb.time) + step, w.now)).toISOString();
-        const plan = decide({ run: moved, pods: [...w.pods.values()], now: w.now, defaults: undefined });
+        moved.metadata.managedFields = heartbeatManagedFields(w.now);
+        const serverMoved = Date.parse(moved.metadata.managedFields[0].time) - acceptedAt;
+        moved.status.heartbeat.time = new Date(Date.parse(hb.time) + serverMoved).toISOString();
+        const plan = decide({ run: moved, ...inputs });
         expect(isQuiet(plan)).toBe(true);
         expect(plan.deletePods).toEqual([]);
       }),

@@ -1,0 +1,49 @@
+// Queued (rule 1, rule 9): start the attempt's sandbox once retry-after has passed and no pod of the
+// run may still be running; adopt the attempt's pod when it was created but the status write that
+// named it was lost.
+import { ANNOTATIONS } from "../../api/annotations.ts";
+import { isLive } from "../observe.ts";
+import { event, wait, type Outcome, type OperatorStatus } from "../outcome.ts";
+import { REASONS } from "../reasons.ts";
+import { toMillis } from "../observe.ts";
+import { attemptOf, isoSeconds, type RunView } from "../run-view.ts";
+import { sandboxPodName } from "../sandbox-pod.ts";
+import { DISARMED } from "../stall.ts";
+
+/**
+ * The status copy and the annotation are written by the same plan; the later of the two wins, so
+ * that neither a lost annotation write nor a hand-edited status starts a sandbox early.
+ */
+export function retryAfterOf(view: RunView, next: OperatorStatus): number | undefined {
+  const candidates = [toMillis(next.retryAfter), toMillis(view.run.metadata.annotations?.[ANNOTATIONS.retryAfter])].filter((v): v is number => v !== undefined);
+  return candidates.length ? Math.max(...candidates) : undefined;
+}
+
+export function queued(view: RunView, next: OperatorStatus): Outcome {
+  const attempt = attemptOf(next);
+  const own = view.sandboxes.owned.find((p) => p.attempt === attempt && isLive(p) && !p.deleting);
+  if (own) {
+    return {
+      summary: `adopted sandbox pod ${own.name}`,
+      phase: { phase: "Starting" },
+      set: { podName: own.name, ...(own.uid ? { podUID: own.uid } : {}), ...(own.nodeName ? { nodeName: own.nodeName } : {}), startTime: next.startTime ?? isoSeconds(view.now) },
+      events: [event("Normal", REASONS.sandboxAdopted, "AdoptPod", `sandbox pod ${own.name} for attempt ${attempt} was created before a status write that was lost; adopted it`)],
+      wakeAt: [view.now + view.settings.startTimeoutMs + 1],
+    };
+  }
+  if (view.sandboxes.busy) {
+    const names = [...view.sandboxes.unconfirmed.map((u) => u.entry.name), ...view.sandboxes.owned.filter((p) => isLive(p) && !p.deleting).map((p) => p.name)];
+    return wait(`waiting for ${[...new Set(names)].join(", ")} to be confirmed gone before attempt ${attempt} starts`);
+  }
+  const retryAfter = retryAfterOf(view, next);
+  if (retryAfter !== undefined && view.now < retryAfter) return wait(`backing off until ${new Date(retryAfter).toISOString()}`, retryAfter);
+  const name = sandboxPodName(view.run, attempt);
+  return {
+    summary: `starting attempt ${attempt}`,
+    phase: { phase: "Starting" },
+    createPod: true,
+    set: { podName: name, podUID: undefined, nodeName: undefined, startTime: next.startTime ?? isoSeconds(view.now), stall: { ...DISARMED } },
+    events: [event("Normal", REASONS.sandboxCreated, "CreatePod", `created sandbox pod ${name} for attempt ${attempt}`)],
+    wakeAt: [view.now + view.settings.startTimeoutMs + 1],
+  };
+}

@@ -1,0 +1,38 @@
+// The snapshot every policy decides from: the run as read, its effective settings, its pods as
+// rule 9 sees them, its current heartbeat on the server's clock, a valid answer if one is given,
+// and the time. Built once per decision; nothing in it changes while policies run.
+import type { AgentRun, AgentRunStatus, Heartbeat } from "../api/agentrun.ts";
+import type { WatchdogSettings } from "../api/defaults.ts";
+import type { Answer } from "./answers.ts";
+import type { CurrentHeartbeat } from "./liveness.ts";
+import type { PodView } from "./observe.ts";
+import type { OperatorStatus } from "./outcome.ts";
+import type { Sandboxes } from "./sandboxes.ts";
+import type { SandboxIdentity } from "./sandbox-identity.ts";
+
+export interface RunView {
+  run: AgentRun;
+  /** Status as read: the operator's fields and the sandbox's. */
+  status: AgentRunStatus;
+  settings: WatchdogSettings;
+  now: number;
+  identity: SandboxIdentity;
+  sandboxes: Sandboxes;
+  /** The current attempt's heartbeat, if it is one the watchdog may believe. */
+  heartbeat?: CurrentHeartbeat;
+  answer?: Answer;
+}
+
+export const isoSeconds = (ms: number) => new Date(Math.floor(ms / 1000) * 1000).toISOString().replace(".000Z", "Z");
+/** Rounded up, so that a wait recorded in whole seconds is never shorter than decided. */
+export const isoCeilSeconds = (ms: number) => new Date(Math.ceil(ms / 1000) * 1000).toISOString().replace(".000Z", "Z");
+
+export const attemptOf = (next: OperatorStatus) => next.attempt ?? 0;
+
+/** The pod the status names as the current attempt's (by uid once known, else by name). */
+export function currentPod(view: RunView, next: OperatorStatus): PodView | undefined {
+  if (next.podName === undefined) return undefined;
+  return view.sandboxes.owned.find((p) => (next.podUID ? p.uid === next.podUID : p.name === next.podName && (p.attempt === undefined || p.attempt === attemptOf(next))));
+}
+
+export const heartbeatOf = (view: RunView): Heartbeat | undefined => view.heartbeat?.heartbeat;

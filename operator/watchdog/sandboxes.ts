@@ -1,0 +1,152 @@
+// Which pods are the run's, and which of them may still be running (rule 9).
+//
+// A pod belongs to the run whose uid its controller owner reference names, never by name or label
+// alone: a run re-created under the same name never adopts, counts or is confirmed by an earlier
+// run's pod. A deleted pod is confirmed gone only when the kubelet has stopped its containers: the
+// pod reached a terminal phase, or its object disappeared with a final state that shows it (the
+// kubelet's own final delete), or it never had a node. A pod that disappeared while it could still
+// be running (force-deleted on a node cut off from the API server) is confirmed once its node is in
+// contact again for longer than the pod's grace, or is shut down (out-of-service), or is gone.
+// Until then no replacement starts; after unconfirmedAfter the run says so (SandboxUnconfirmed).
+import { MAX_TERMINATING, type TerminatingPod } from "../api/agentrun.ts";
+import type { WatchdogSettings } from "../api/defaults.ts";
+import { isLive, toMillis, type NodeView, type PodView } from "./observe.ts";
+import { REASONS } from "./reasons.ts";
+
+/** After the node is heard from again, how long its kubelet gets beyond the pod's grace to kill it. */
+export const CONTACT_MARGIN_MS = 5_000;
+/** How often a vanished pod's node is looked at again while it has not been heard from. */
+export const CONTACT_POLL_MS = 10_000;
+
+const isoSeconds = (ms: number) => new Date(Math.floor(ms / 1000) * 1000).toISOString().replace(".000Z", "Z");
+
+export interface Unconfirmed {
+  entry: TerminatingPod;
+  /** The pod's object, while it exists. */
+  pod?: PodView;
+  node?: NodeView;
+  /** Past unconfirmedAfter: SandboxUnconfirmed is True because of it. */
+  overdue: boolean;
+  reason: typeof REASONS.nodeUnreachable | typeof REASONS.terminationPending;
+}
+
+export interface Sandboxes {
+  /** Pods whose controller owner is this run. */
+  owned: PodView[];
+  /** The terminating list after this decision's confirmations (new deletions are added later). */
+  terminating: TerminatingPod[];
+  unconfirmed: Unconfirmed[];
+  /** Pods confirmed gone in this decision. */
+  confirmed: TerminatingPod[];
+  /** Whether a pod of the run may still run, so that no new one may start. */
+  busy: boolean;
+  wakeAt: number[];
+}
+
+export interface SandboxInputs {
+  runUid: string | undefined;
+  pods: readonly PodView[];
+  /** Final states of pods of this run whose objects were seen disappearing, by uid. */
+  tombstones: ReadonlyMap<string, PodView>;
+  /** Nodes by name, or undefined when the operator cannot see nodes (then none confirms). */
+  nodes: ReadonlyMap<string, NodeView> | undefined;
+  terminating: readonly TerminatingPod[];
+  now: number;
+  settings: WatchdogSettings;
+}
+
+export function ownedPods(runUid: string | undefined, pods: readonly PodView[]): PodView[] {
+  return runUid === undefined ? [] : pods.filter((p) => p.ownerUid === runUid);
+}
+
+type Check = { confirmed: true } | { confirmed: false; entry: TerminatingPod; wakeAt?: number };
+
+/** Whether one terminating pod is gone, with what has been learnt about it on the way. */
+function check(entry: TerminatingPod, input: SandboxInputs, pod: PodView | undefined): Check {
+  if (pod) {
+    if (!isLive(pod)) return { confirmed: true };
+    return { confirmed: false, entry: pod.nodeName && !entry.nodeName ? { ...entry, nodeName: pod.nodeName } : entry };
+  }
+  const tomb = input.tombstones.get(entry.uid);
+  if (tomb && (!isLive(tomb) || !tomb.nodeName)) return { confirmed: true };
+  const nodeName = tomb?.nodeName ?? entry.nodeName;
+  if (!nodeName) return { confirmed: true }; // never bound: no container ever ran
+  let next: TerminatingPod = { ...entry, nodeName };
+  if (!next.vanishedAt) next = { ...next, vanishedAt: isoSeconds(input.now) };
+  const node = input.nodes?.get(nodeName);
+  if (input.nodes && !node) return { confirmed: true }; // the node itself is gone
+  if (node?.outOfService) return { confirmed: true }; // declared shut down: the pod GC's to clear
+  const vanishedAt = toMillis(next.vanishedAt) as number;
+  const grace = (next.gracePeriodSeconds ?? 30) * 1000;
+  const contactAt = toMillis(next.contactAt);
+  if (contactAt !== undefined) {
+    const done = contactAt + grace + CONTACT_MARGIN_MS;
+    return input.now >= done ? { confirmed: true } : { confirmed: false, entry: next, wakeAt: done };
+  }
+  if (node?.lastContact !== undefined && node.lastContact > vanishedAt) {
+    next = { ...next, contactAt: isoSeconds(node.lastContact) };
+    const done = (toMillis(next.contactAt) as number) + grace + CONTACT_MARGIN_MS;
+    return input.now >= done ? { confirmed: true } : { confirmed: false, entry: next, wakeAt: done };
+  }
+  return { confirmed: false, entry: next, wakeAt: input.now + CONTACT_POLL_MS };
+}
+
+/** Classifies the run's pods and confirms what can be confirmed of those being deleted. */
+export function sandboxes(input: SandboxInputs): Sandboxes {
+  const owned = ownedPods(input.runUid, input.pods);
+  const terminating: TerminatingPod[] = [];
+  const unconfirmed: Unconfirmed[] = [];
+  const confirmed: TerminatingPod[] = [];
+  const wakeAt: number[] = [];
+  const listed = new Set<string>();
+
+  // Pods being deleted by anyone are tracked as terminating, whoever asked.
+  const entries = [...input.terminating];
+  for (const pod of owned) {
+    if (pod.deleting && pod.uid && isLive(pod) && !entries.some((e) => e.uid === pod.uid)) entries.push(entryFor(pod, input.now));
+  }
+  for (const entry of entries) {
+    if (listed.has(entry.uid)) continue;
+    listed.add(entry.uid);
+    const pod = owned.find((p) => p.uid === entry.uid);
+    const result = check(entry, input, pod);
+    if (result.confirmed) {
+      confirmed.push(entry);
+      continue;
+    }
+    terminating.push(result.entry);
+    if (result.wakeAt !== undefined) wakeAt.push(result.wakeAt);
+    const since = toMillis(result.entry.since) ?? input.now;
+    const overdueAt = since + input.settings.unconfirmedAfterMs;
+    if (input.now < overdueAt) wakeAt.push(overdueAt);
+    const node = result.entry.nodeName ? input.nodes?.get(result.entry.nodeName) : undefined;
+    unconfirmed.push({
+      entry: result.entry,
+      ...(pod ? { pod } : {}),
+      ...(node ? { node } : {}),
+      overdue: input.now >= overdueAt,
+      reason: node && node.ready === "True" ? REASONS.terminationPending : REASONS.nodeUnreachable,
+    });
+  }
+  const busy = unconfirmed.length > 0 || owned.some((p) => isLive(p) && !listed.has(p.uid ?? ""));
+  return { owned, terminating: terminating.slice(-MAX_TERMINATING), unconfirmed, confirmed, busy, wakeAt };
+}
+
+/** The terminating record of a pod the run is deleting (or saw deleted) now. */
+export function entryFor(pod: PodView, now: number, gracePeriodSeconds?: number): TerminatingPod {
+  const entry: TerminatingPod = {
+    name: pod.name,
+    uid: pod.uid ?? "",
+    since: isoSeconds(pod.deleting && pod.deletionRequestedAt !== undefined ? Math.min(pod.deletionRequestedAt, now) : now),
+    gracePeriodSeconds: Math.max(0, Math.ceil(gracePeriodSeconds ?? pod.gracePeriodSeconds)),
+  };
+  if (pod.nodeName) entry.nodeName = pod.nodeName;
+  return entry;
+}
+
+/** A pod that vanished before anyone asked for its deletion: tracked like a deleted one. */
+export function vanishedEntry(name: string, uid: string, nodeName: string | undefined, now: number): TerminatingPod {
+  const entry: TerminatingPod = { name, uid, since: isoSeconds(now), gracePeriodSeconds: 30 };
+  if (nodeName) entry.nodeName = nodeName;
+  return entry;
+}

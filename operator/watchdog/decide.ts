@@ -135,7 +135,10 @@ export function decide(input: DecideInput): Plan {
   const terminating = [...(next.terminating ?? [])];
   const expectsPod = ACTIVE_PHASES.includes(next.phase as Phase) && next.podName !== undefined;
   if (expectsPod && next.podUID && !pods.some((p) => p.uid === next.podUID && p.ownerUid === run.metadata.uid) && !terminating.some((e) => e.uid === next.podUID)) {
-    terminating.push(vanishedEntry(next.podName as string, next.podUID, next.nodeName, now));
+    // Its final state, when the watch saw it go, says where it ran and with what grace.
+    const tomb = tombstones.get(next.podUID);
+    // A kubelet that finds the pod gone kills it with the pod's own grace, whatever the deletion said.
+    terminating.push(tomb ? entryFor(tomb, now, Math.max(tomb.gracePeriodSeconds, tomb.podGracePeriodSeconds)) : vanishedEntry(next.podName as string, next.podUID, next.nodeName, now));
   }
   view.sandboxes = sandboxes({ runUid: run.metadata.uid, pods, tombstones, nodes: input.nodes, terminating, now, settings });
   next.terminating = view.sandboxes.terminating.length ? view.sandboxes.terminating : undefined;

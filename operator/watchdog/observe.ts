@@ -26,6 +26,8 @@ export interface PodView {
   nodeName?: string;
   /** The grace its containers get on deletion: the deletion's own, else the pod's. */
   gracePeriodSeconds: number;
+  /** The pod's own terminationGracePeriodSeconds (30 when unset). */
+  podGracePeriodSeconds: number;
   /** How the pod ended, when it has. */
   exit?: ContainerEnd;
   /** The agent container (watchdog.agentContainer, else the first): when it started and how it ended. */
@@ -114,6 +116,7 @@ export function podView(pod: unknown, agentContainer?: string): PodView {
     createdAt: toMillis(meta.creationTimestamp) ?? 0,
     deleting: meta.deletionTimestamp !== undefined && meta.deletionTimestamp !== null,
     gracePeriodSeconds: deletionGrace ?? podGrace,
+    podGracePeriodSeconds: podGrace,
     agent: agentState(p, agentContainer),
     stopped: statuses.length > 0 && statuses.every((cs) => (cs.state as Json | undefined)?.terminated !== undefined),
   };

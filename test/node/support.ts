@@ -85,3 +85,57 @@ export async function nodeContainers(): Promise<NodeContainer[]> {
   }
   return out;
 }
+
+/**
+ * Watches the node itself (containerd's tasks) for the whole of a test and records every moment at
+ * which two pods of one run had running containers at once: the "never two sandboxes" guarantee
+ * as the node sees it, whatever the API says.
+ */
+export class NodeObserver {
+  readonly overlaps: string[] = [];
+  /** Every pod seen running, by run. */
+  readonly seen = new Map<string, Set<string>>();
+  samples = 0;
+  private stopped = false;
+  private loop?: Promise<void>;
+  private readonly namespace: string;
+  private readonly runs: string[];
+
+  constructor(namespace: string, runs: string[]) {
+    this.namespace = namespace;
+    this.runs = runs;
+  }
+
+  start(): void {
+    this.loop = (async () => {
+      while (!this.stopped) {
+        let containers: NodeContainer[] = [];
+        try {
+          containers = await nodeContainers();
+        } catch {
+          // a container went away between the two ctr calls: look again
+        }
+        this.samples++;
+        for (const run of this.runs) {
+          const pods = new Set(containers.filter((c) => c.namespace === this.namespace && c.pod.startsWith(`${run}-`) && c.status === "RUNNING").map((c) => c.pod));
+          for (const pod of pods) {
+            if (!this.seen.has(run)) this.seen.set(run, new Set());
+            this.seen.get(run)!.add(pod);
+          }
+          if (pods.size > 1) this.overlaps.push(`${new Date().toISOString()} ${run}: ${[...pods].join(", ")}`);
+        }
+        await new Promise((resolve) => setTimeout(resolve, 200));
+      }
+    })();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await this.loop;
+  }
+
+  /** Whether a pod of the run has a running container right now. */
+  async running(run: string): Promise<string[]> {
+    return (await nodeContainers()).filter((c) => c.namespace === this.namespace && c.pod.startsWith(`${run}-`) && c.status === "RUNNING").map((c) => c.pod);
+  }
+}

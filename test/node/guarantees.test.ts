@@ -1,0 +1,244 @@
+// The guarantees that only a real node can test (issue classes 1 and 4), with the operator running
+// as a process against the real-node cluster and sandboxes in real pods:
+//   1. confirmed before replaced: a sandbox killed, or force-deleted by someone else, while its node
+//      is cut off (node-pause) keeps running there; no replacement starts until the node is back and
+//      has stopped it, and the run says why in the meantime (SandboxUnconfirmed);
+//   4. real pods start and finish like real pods: a slow start is startTimeout's, not a hang; the
+//      agent container decides, whatever a sidecar does.
+// Throughout, an observer polls containerd on the node: at no moment do two pods of one run have a
+// running container.
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from "vitest";
+import { RESTRICTED_NAMESPACE } from "../../hack/demo/cluster.ts";
+import { nodePause, nodeResume } from "../../hack/demo/real-node.ts";
+import { isNotFound, paths, type Json, type KubeClient } from "../../operator/kube/client.ts";
+import { deleteNamespace, kube, newNamespace, ofAttempt } from "../support/cluster.ts";
+import { startOperator, type OperatorProcess } from "../support/operator-process.ts";
+import { waitFor } from "../support/wait.ts";
+import { NodeObserver } from "./support.ts";
+
+const SANDBOX_ROLE = "node-test-sandbox";
+
+let client: KubeClient;
+let ns: string;
+let operator: OperatorProcess;
+let observer: NodeObserver;
+let paused = false;
+
+const condition = (run: any, type: string) => (run.status?.conditions ?? []).find((c: any) => c.type === type);
+const getRun = (name: string) => client.get<any>(paths.run(ns, name));
+const podsOf = async (name: string) => (await client.get<{ items: any[] }>(paths.pods(ns), { labelSelector: `watchdog.dev/run=${name}` })).items;
+
+/**
+ * A sandbox that is nothing but a process: it heartbeats `beats` times, a second apart, then
+ * stops, hung, and ignores SIGTERM and the run's attempt moving on, as a wedged process would.
+ * Only the kubelet can stop it.
+ */
+const ZOMBIE = `
+const fs = require("fs");
+const sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+const e = process.env;
+const url = "https://" + e.KUBERNETES_SERVICE_HOST + ":" + e.KUBERNETES_SERVICE_PORT + "/apis/watchdog.dev/v1alpha1/namespaces/" + e.WATCHDOG_RUN_NAMESPACE + "/agentruns/" + e.WATCHDOG_RUN_NAME + "/status?fieldManager=agent-watchdog-sandbox";
+process.on("SIGTERM", () => console.log("ignoring SIGTERM"));
+let n = 0;
+setInterval(() => {
+  if (n++ >= Number(e.BEATS)) return;
+  const heartbeat = { time: new Date().toISOString(), attempt: Number(e.WATCHDOG_ATTEMPT), state: "Planning" };
+  fetch(url, { method: "PATCH", headers: { authorization: "Bearer " + fs.readFileSync(sa + "/token", "utf8"), "content-type": "application/merge-patch+json" }, body: JSON.stringify({ status: { heartbeat } }) })
+    .then((r) => console.log("heartbeat", n, r.status), (err) => console.log("heartbeat failed", String(err.cause ?? err)));
+}, 1000);
+`;
+
+function run(name: string, container: Json, watchdog: Json, spec: Json = {}): Json {
+  return {
+    apiVersion: "watchdog.dev/v1alpha1",
+    kind: "AgentRun",
+    metadata: { name },
+    spec: { goal: "node test", template: { spec: { terminationGracePeriodSeconds: 3, containers: [container], ...spec } }, watchdog },
+  };
+}
+
+function zombie(beats: number): Json {
+  return {
+    name: "agent",
+    image: inject("image"),
+    command: ["/nodejs/bin/node", "-e", ZOMBIE],
+    env: [
+      { name: "BEATS", value: String(beats) },
+      { name: "NODE_EXTRA_CA_CERTS", value: "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt" },
+    ],
+  };
+}
+
+function example(behaviour: string, env: Record<string, string> = {}): Json {
+  return {
+    name: "agent",
+    image: inject("image"),
+    args: ["example-agent"],
+    env: Object.entries({ EXAMPLE_BEHAVIOUR: behaviour, ...env }).map(([name, value]) => ({ name, value })),
+  };
+}
+
+async function pause(): Promise<void> {
+  await nodePause(inject("nodeState"));
+  paused = true;
+}
+async function resume(): Promise<void> {
+  await nodeResume(inject("nodeState"));
+  paused = false;
+}
+
+beforeAll(async () => {
+  client = kube();
+  // What the chart's sandbox ClusterRole grants; the operator binds each namespace's sandboxes to it.
+  await client.create("/apis/rbac.authorization.k8s.io/v1/clusterroles", {
+    apiVersion: "rbac.authorization.k8s.io/v1",
+    kind: "ClusterRole",
+    metadata: { name: SANDBOX_ROLE },
+    rules: [
+      { apiGroups: ["watchdog.dev"], resources: ["agentruns"], verbs: ["get", "list", "watch"] },
+      { apiGroups: ["watchdog.dev"], resources: ["agentruns/status"], verbs: ["get", "patch", "update"] },
+    ],
+  }).catch((err) => {
+    if (!(err instanceof Error && "code" in err && (err as { code: number }).code === 409)) throw err;
+  });
+  ns = await newNamespace(client, "aw-guard", RESTRICTED_NAMESPACE);
+  operator = await startOperator(ns, ["--sandbox-service-account=namespace", `--sandbox-cluster-role=${SANDBOX_ROLE}`]);
+});
+
+afterEach(async (ctx) => {
+  if (paused) await resume();
+  if (ctx.task.result?.state === "fail") console.error(operator.logs.slice(-40).join("\n"));
+});
+
+afterAll(async () => {
+  await operator?.stop();
+  await deleteNamespace(client, ns);
+});
+
+describe("1. confirmed before replaced, on a node cut off from the API server", () => {
+  it("keeps the killed sandbox's replacement back until the node is back and has stopped it", async () => {
+    observer = new NodeObserver(ns, ["hung"]);
+    observer.start();
+    try {
+      await client.create(paths.runs(ns), run("hung", zombie(4), { heartbeatTimeout: "5s", killGracePeriod: "2s", unconfirmedAfter: "6s", backoff: { initial: "1s" }, maxRestarts: 3 }));
+      await waitFor("the sandbox's heartbeats", async () => (await getRun("hung")).status?.phase === "Planning", { timeoutMs: 60_000 });
+      await pause();
+      // It stops heartbeating and is killed: its pod is deleted (gracefully) while the kubelet
+      // cannot act on it.
+      const killed = await waitFor("the kill", async () => {
+        const r = await getRun("hung");
+        return r.status?.phase === "Queued" && r.status.lastFailure?.reason === "HeartbeatTimeout" ? r : undefined;
+      }, { timeoutMs: 30_000 });
+      expect(killed.status.terminating).toEqual([expect.objectContaining({ name: expect.stringMatching(/^hung-1-/), gracePeriodSeconds: 2 })]);
+      const [old] = await podsOf("hung");
+      expect(old.metadata.deletionTimestamp).toBeDefined();
+      expect(old.metadata.deletionGracePeriodSeconds).toBe(2);
+      // The container runs on, retry-after passes, unconfirmedAfter passes: no second sandbox.
+      const unconfirmed = await waitFor("SandboxUnconfirmed", async () => {
+        const r = await getRun("hung");
+        return condition(r, "SandboxUnconfirmed")?.status === "True" ? r : undefined;
+      }, { timeoutMs: 30_000 });
+      expect(["NodeUnreachable", "TerminationPending"]).toContain(condition(unconfirmed, "SandboxUnconfirmed").reason);
+      expect(await observer.running("hung")).toEqual([old.metadata.name]);
+      expect((await podsOf("hung")).filter(ofAttempt(2))).toEqual([]);
+      const events = (await client.get<{ items: any[] }>(paths.events(ns))).items;
+      expect(events.some((e) => e.reason === "SandboxUnconfirmed" && e.type === "Warning")).toBe(true);
+
+      // The node is back: its kubelet stops the container, and only then does attempt 2 start.
+      await resume();
+      // (as the observer saw it: it samples the node all along)
+      await waitFor("attempt 2 running on the node", () => [...(observer.seen.get("hung") ?? [])].some((p) => p.startsWith("hung-2-")), { timeoutMs: 60_000 });
+      const after = await getRun("hung");
+      expect(condition(after, "SandboxUnconfirmed")).toMatchObject({ status: "False" });
+    } finally {
+      await observer.stop();
+    }
+    expect(observer.overlaps).toEqual([]);
+    expect(observer.samples).toBeGreaterThan(20);
+    expect([...(observer.seen.get("hung") ?? [])].map((p) => p.split("-")[1]).sort()).toEqual(["1", "2"]);
+  });
+
+  it("does not take a pod force-deleted by someone else for gone while its node still runs it", async () => {
+    observer = new NodeObserver(ns, ["forced"]);
+    observer.start();
+    try {
+      await client.create(paths.runs(ns), run("forced", zombie(10_000), { heartbeatTimeout: "30s", unconfirmedAfter: "5s", backoff: { initial: "1s" } }));
+      await waitFor("the sandbox's heartbeats", async () => (await getRun("forced")).status?.phase === "Planning", { timeoutMs: 60_000 });
+      await pause();
+      const [pod] = await podsOf("forced");
+      // Someone force-deletes it: the object vanishes at once, the container runs on.
+      await client.delete(paths.pod(ns, pod.metadata.name), { apiVersion: "v1", kind: "DeleteOptions", gracePeriodSeconds: 0 });
+      await waitFor("the pod object to vanish", async () => {
+        try {
+          await client.get(paths.pod(ns, pod.metadata.name));
+          return false;
+        } catch (err) {
+          return isNotFound(err);
+        }
+      });
+      const waiting = await waitFor("SandboxUnconfirmed", async () => {
+        const r = await getRun("forced");
+        return condition(r, "SandboxUnconfirmed")?.status === "True" ? r : undefined;
+      }, { timeoutMs: 30_000 });
+      expect(waiting.status).toMatchObject({ phase: "Queued", attempt: 2, reason: "PodFailed" });
+      expect(await observer.running("forced")).toEqual([pod.metadata.name]);
+      expect(await podsOf("forced")).toEqual([]);
+
+      await resume();
+      await waitFor("attempt 2 running on the node", () => [...(observer.seen.get("forced") ?? [])].some((p) => p.startsWith("forced-2-")), { timeoutMs: 60_000 });
+    } finally {
+      await observer.stop();
+    }
+    expect(observer.overlaps).toEqual([]);
+  });
+});
+
+describe("4. real pods start and finish like real pods", () => {
+  it("gives a sandbox that cannot start yet its startTimeout, not the heartbeat timeout, and spends no restart", async () => {
+    await pause();
+    // The kubelet is not there to start the container: as a slow image pull would.
+    await client.create(paths.runs(ns), run("slow", example("healthy", { EXAMPLE_STEPS: "2", EXAMPLE_STEP_DELAY_MS: "500" }), { heartbeatTimeout: "4s", startTimeout: "3m" }));
+    await waitFor("the pod to be bound to the node", async () => (await podsOf("slow"))[0]?.spec.nodeName);
+    const pendingSince = Date.now();
+    await waitFor("three heartbeat timeouts", async () => Date.now() - pendingSince > 12_000, { timeoutMs: 20_000, intervalMs: 500 });
+    const waiting = await getRun("slow");
+    expect(waiting.status).toMatchObject({ phase: "Starting", attempt: 1, restarts: 0 });
+    await resume();
+    const done = await waitFor("the run to complete", async () => {
+      const r = await getRun("slow");
+      return r.status?.phase === "Completed" ? r : undefined;
+    }, { timeoutMs: 90_000 });
+    expect(done.status).toMatchObject({ attempt: 1, restarts: 0 });
+  });
+
+  it("fails a sandbox whose agent never starts with StartTimeout, counted against the allowance", async () => {
+    const never = { ...example("healthy"), image: "localhost/agent-watchdog/does-not-exist:1", imagePullPolicy: "IfNotPresent" };
+    await client.create(paths.runs(ns), run("never", never, { heartbeatTimeout: "3s", startTimeout: "8s", maxRestarts: 0 }));
+    const failed = await waitFor("StartTimeout", async () => {
+      const r = await getRun("never");
+      return r.status?.lastFailure?.reason === "StartTimeout" ? r : undefined;
+    }, { timeoutMs: 60_000 });
+    expect(failed.status).toMatchObject({ phase: "NeedsHumanIntervention", reason: "RecoveryBudgetExhausted" });
+    expect(failed.status.lastFailure.message).toContain("did not start within 8s");
+  });
+
+  it("completes when the agent container exits 0, whatever its sidecars do, and removes a classic sidecar with the pod", async () => {
+    const sidecar = { name: "proxy", image: inject("image"), command: ["/nodejs/bin/node", "-e", "setInterval(() => {}, 1000)"] };
+    const quick = { EXAMPLE_STEPS: "2", EXAMPLE_STEP_DELAY_MS: "300" };
+    await client.create(paths.runs(ns), run("classic", example("healthy", quick), { heartbeatTimeout: "30s", agentContainer: "agent" }, { containers: [sidecar, example("healthy", quick)] }));
+    await client.create(
+      paths.runs(ns),
+      run("native", example("healthy", quick), { heartbeatTimeout: "30s" }, { initContainers: [{ ...sidecar, restartPolicy: "Always" }] }),
+    );
+    for (const name of ["classic", "native"]) {
+      const done = await waitFor(`${name} to complete`, async () => {
+        const r = await getRun(name);
+        if (["Queued", "NeedsHumanIntervention", "Failed"].includes(r.status?.phase) && r.status?.lastFailure) throw new Error(`${name}: ${r.status.lastFailure.message}`);
+        return r.status?.phase === "Completed" ? r : undefined;
+      }, { timeoutMs: 90_000 });
+      expect(done.status).toMatchObject({ attempt: 1, restarts: 0 });
+    }
+    // The classic sidecar outlived the agent: its pod was deleted (the pod's own grace), and goes.
+    await waitFor("the classic pod's sidecar to stop", async () => (await podsOf("classic")).every((p) => p.status.phase !== "Running"), { timeoutMs: 60_000 });
+  });
+});

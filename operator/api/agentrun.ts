@@ -2,7 +2,8 @@
 // the CRD in crds/ is generated from them (hack/generate-crds.ts), and the operator and the
 // sandbox SDK parse objects with them. Constraints written here become CEL rules in the CRD.
 import { z } from "zod";
-import { DURATION_PATTERN, parseDuration } from "./duration.ts";
+import { DURATION_PATTERN, durationNanos } from "./duration.ts";
+import { isCalendarDay, TIMESTAMP_RE } from "./timestamp.ts";
 
 export const GROUP = "watchdog.dev";
 export const VERSION = "v1alpha1";
@@ -21,22 +22,25 @@ export const MIN_DURATION_META = "x-watchdog-min-duration";
 /** Meta key read by the CRD generator: CEL rules to add at this node, as zod's refinements check. */
 export const CEL_META = "x-watchdog-cel";
 
-/** The longest duration the API server's CEL duration() takes: int64 nanoseconds (about 292 years). */
-export const MAX_DURATION_MS = 9_223_372_036_854;
-
 const duration = (description: string, min?: string) =>
   z
     .string()
     .max(32)
     .regex(DURATION_PATTERN, "must be a positive duration such as 30s, 5m or 1h30m")
-    // What CEL's duration() takes: more than zero, and no more than int64 nanoseconds.
-    .refine((text) => !DURATION_PATTERN.test(text) || (parseDuration(text) > 0 && parseDuration(text) <= MAX_DURATION_MS), "must be a positive duration such as 30s, 5m or 1h30m")
-    .refine((text) => min === undefined || !DURATION_PATTERN.test(text) || parseDuration(text) >= parseDuration(min), `must be at least ${min}`)
+    // What CEL's duration() takes, to the nanosecond: more than zero, and no more than int64 nanoseconds.
+    .refine((text) => !DURATION_PATTERN.test(text) || (durationNanos(text) ?? 0n) > 0n, "must be a positive duration such as 30s, 5m or 1h30m")
+    .refine((text) => min === undefined || (durationNanos(text) ?? 0n) === 0n || (durationNanos(text) as bigint) >= (durationNanos(min) as bigint), `must be at least ${min}`)
     .meta({ description, [DURATION_META]: true, ...(min ? { [MIN_DURATION_META]: min } : {}) });
 
 const count = (min: number, description: string) => z.int().min(min).max(1_000_000).meta({ description });
 
-const timestamp = (description: string) => z.iso.datetime({ offset: true }).meta({ description });
+const timestamp = (description: string) =>
+  z
+    .string()
+    .regex(TIMESTAMP_RE, "must be an RFC 3339 time such as 2026-12-01T10:00:00Z, with at most 9 fraction digits")
+    .refine((text) => !TIMESTAMP_RE.test(text) || isCalendarDay(text), "must be a day of the calendar")
+    // The API server checks the pattern and, for format date-time, the calendar.
+    .meta({ description, format: "date-time" });
 
 // ---------------------------------------------------------------------------------------------
 // spec
@@ -47,6 +51,15 @@ export const BackoffSpec = z
     factor: z.number().min(1).max(100).meta({ description: "Multiplier applied to the wait for each further retry (>= 1)." }).optional(),
     max: duration("Upper bound of the wait.").optional(),
   })
+  // The CRD states this rule in CEL (BACKOFF_MAX_RULE); both compare only valid durations.
+  .refine(
+    (b) => {
+      const initial = b.initial === undefined ? undefined : durationNanos(b.initial);
+      const max = b.max === undefined ? undefined : durationNanos(b.max);
+      return !initial || !max || max >= initial;
+    },
+    { message: "max must be greater than or equal to initial", path: ["max"] },
+  )
   .meta({ description: "Exponential backoff: the wait before retry n is min(max, initial * factor^(n-1))." });
 
 export const StallSpec = z
@@ -404,6 +417,8 @@ export const AgentRunStatus = z
     conditions: z
       .array(Condition)
       .max(16)
+      // A map keyed by type in the CRD (x-kubernetes-list-map-keys), so the API server refuses a repeated type.
+      .refine((conditions) => new Set(conditions.map((c) => c.type)).size === conditions.length, "each condition type may appear once")
       .meta({ description: "Running, BackingOff, NeedsHumanIntervention, Succeeded, SandboxReportValid, SandboxUnconfirmed." })
       .optional(),
     stall: StallStatus.optional(),

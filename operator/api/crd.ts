@@ -85,7 +85,7 @@ function toStructural(node: Json, path: string[], cel: boolean): Json {
           reason: "FieldValueInvalid",
         });
       }
-      else if (node.pattern && !node.format) out.pattern = node.pattern;
+      if (node.pattern) out.pattern = node.pattern;
       if (typeof node.minLength === "number" && node.minLength > 0) out.minLength = node.minLength;
       if (typeof node.maxLength === "number") out.maxLength = node.maxLength;
       break;
@@ -93,8 +93,9 @@ function toStructural(node: Json, path: string[], cel: boolean): Json {
     case "integer":
     case "number": {
       const min = node.minimum;
-      if (typeof min === "number" && min > -MAX_SAFE && !cel) out.minimum = min;
-      else if (typeof min === "number" && min > -MAX_SAFE) {
+      // JavaScript holds integers exactly only up to 2^53, so the CRD admits no more than that.
+      if (typeof min === "number" && min >= -MAX_SAFE && !cel) out.minimum = min;
+      else if (typeof min === "number" && min >= -MAX_SAFE) {
         const literal = node.type === "number" ? `${min}.0` : `${min}`;
         rules.push({
           rule: `self >= ${literal}`,
@@ -102,7 +103,7 @@ function toStructural(node: Json, path: string[], cel: boolean): Json {
           reason: "FieldValueInvalid",
         });
       }
-      if (typeof node.maximum === "number" && node.maximum < MAX_SAFE) out.maximum = node.maximum;
+      if (typeof node.maximum === "number" && node.maximum <= MAX_SAFE) out.maximum = node.maximum;
       if (node.type === "integer") out.format = "int64";
       break;
     }

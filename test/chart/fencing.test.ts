@@ -252,6 +252,22 @@ describe("a sandbox with a token bound to its pod", () => {
     expect(removal.message).toContain("a sandbox may not remove status.heartbeat");
   });
 
+  it("cannot record a tool call for an attempt that is not the run's current one", async () => {
+    const call = (attempt?: number) => ({ id: `c-${attempt ?? "none"}`, name: "send_email", argsHash: "h2", state: "Started", idempotent: false, ...(attempt ? { attempt } : {}) });
+    const before = (await runStatus("own")).toolCalls;
+    for (const record of [call(2), call()]) {
+      const err = await refusal(heartbeat(sandbox, "own", 1, { toolCalls: [...before, record] }));
+      expect(err.code, JSON.stringify(record)).toBe(403);
+      expect(err.message).toContain("a sandbox may only add or change status.toolCalls records of the run's current attempt 1");
+    }
+    // Nor may it rewrite a record of its own attempt into another attempt's.
+    const rewritten = before.map((c: Json) => ({ ...c, attempt: 2 }));
+    expect((await refusal(heartbeat(sandbox, "own", 1, { toolCalls: rewritten }))).code).toBe(403);
+    expect((await runStatus("own")).toolCalls).toEqual(before);
+    await heartbeat(sandbox, "own", 1, { toolCalls: [...before, call(1)] });
+    expect((await runStatus("own")).toolCalls.map((c: Json) => c.id)).toEqual([...before.map((c: Json) => c.id), "c-1"]);
+  });
+
   it("cannot write with a token that is not bound to a pod", async () => {
     const unbound = tokenClient(await requestToken(admin, runNs, NAMESPACE_SERVICE_ACCOUNT));
     const err = await refusal(heartbeat(unbound, "own", 1));
@@ -307,5 +323,63 @@ describe("a sandbox with a token bound to its pod", () => {
     expect(stale.message).toContain("status.heartbeat.attempt 1 is not the run's current attempt 2");
     await heartbeat(current, "own", 2);
     expect((await runStatus("own")).heartbeat.attempt).toBe(2);
+  });
+});
+
+describe("a sandbox with a per-run identity (sandbox.serviceAccount: run)", () => {
+  let perRunNs: string;
+  let perRunOperator: OperatorProcess | undefined;
+  let mine: KubeClient;
+
+  beforeAll(async () => {
+    perRunNs = await restrictedNamespace(admin, "aw-fence-per-run");
+    perRunOperator = await startOperator(perRunNs, ["--sandbox-service-account=run"]);
+    await createRun(admin, perRunNs, runManifest("mine", WATCHDOG));
+    await createRun(admin, perRunNs, runManifest("theirs", WATCHDOG));
+    const podOf = async (run: string) => {
+      const status = await waitFor(`${run} to get a sandbox pod`, async () => {
+        const s = (await getRun(admin, perRunNs, run)).status;
+        return s?.podName && s.phase === "Starting" ? s : undefined;
+      });
+      return admin.get<any>(paths.pod(perRunNs, status.podName));
+    };
+    const pod = await podOf("mine");
+    await podOf("theirs");
+    expect(pod.spec.serviceAccountName).toBe("mine-sandbox");
+    mine = tokenClient(await requestToken(admin, perRunNs, "mine-sandbox", { name: pod.metadata.name, uid: pod.metadata.uid }));
+  });
+
+  afterAll(async () => {
+    await perRunOperator?.stop();
+    if (perRunNs) await admin.delete(`/api/v1/namespaces/${perRunNs}`).catch(() => {});
+  });
+
+  const selecting = (name: string) => ({ fieldSelector: `metadata.name=${name}` });
+
+  it("reads its own run: get, and list and watch selecting its name, as the SDK does", async () => {
+    expect(((await mine.get(paths.run(perRunNs, "mine"))) as any).metadata.name).toBe("mine");
+    const list = await mine.get<{ items: any[] }>(paths.runs(perRunNs), selecting("mine"));
+    expect(list.items.map((r) => r.metadata.name)).toEqual(["mine"]);
+    const events = await mine.request<string>("GET", paths.runs(perRunNs), { query: { watch: "true", timeoutSeconds: 1, ...selecting("mine") }, text: true });
+    expect(events).toContain('"name":"mine"');
+  });
+
+  it("reads no other run, and not the list of all of them", async () => {
+    const requests: [string, () => Promise<unknown>][] = [
+      ["get another run", () => mine.get(paths.run(perRunNs, "theirs"))],
+      ["list all runs", () => mine.get(paths.runs(perRunNs))],
+      ["list another run by name", () => mine.get(paths.runs(perRunNs), selecting("theirs"))],
+      ["watch all runs", () => mine.request("GET", paths.runs(perRunNs), { query: { watch: "true", timeoutSeconds: 1 }, text: true })],
+      ["watch another run by name", () => mine.request("GET", paths.runs(perRunNs), { query: { watch: "true", timeoutSeconds: 1, ...selecting("theirs") }, text: true })],
+      ["list a run of another namespace", () => mine.get(paths.runs(runNs), selecting("own"))],
+    ];
+    for (const [what, request] of requests) expect((await refusal(request())).code, what).toBe(403);
+  });
+
+  it("writes only its own run's status", async () => {
+    const beat = (run: string) => mine.mergePatch(paths.runStatus(perRunNs, run), { status: { heartbeat: { time: new Date().toISOString(), attempt: 1, state: "Planning" } } });
+    await beat("mine");
+    expect((await refusal(beat("theirs"))).code).toBe(403);
+    expect((await getRun(admin, perRunNs, "theirs")).status?.heartbeat).toBeUndefined();
   });
 });

@@ -65,10 +65,18 @@ describe("kubectl discovery", () => {
 
   it("documents the watchdog fields in kubectl explain", async () => {
     const result = await kubectl("explain", "agentrun.spec.watchdog");
-    for (const field of ["heartbeatTimeout", "maxRestarts", "backoff", "rateLimitBackoff", "maxConsecutiveToolFailures", "stall"]) {
-      expect(result.stdout).toContain(field);
+    for (const field of ["heartbeatTimeout", "maxRestarts", "backoff", "rateLimitBackoff", "maxConsecutiveToolFailures", "stall", "startTimeout", "agentContainer", "killGracePeriod", "unconfirmedAfter"]) {
+      expect(result.stdout).toMatch(new RegExp(`^\\s+${field}\\s+<`, "m"));
     }
     expect(result.stdout).toContain("is hung");
+    // What each new field means, as the API's own documentation.
+    const explain = async (path: string) => (await kubectl("explain", path)).stdout.replace(/\s+/g, " ");
+    expect(await explain("agentrun.spec.watchdog.startTimeout")).toContain("scheduling, image pull");
+    expect(await explain("agentrun.spec.watchdog.agentContainer")).toContain("sidecars included, do not decide");
+    expect(await explain("agentrun.spec.watchdog.killGracePeriod")).toContain("never force-deleted");
+    expect(await explain("agentrun.spec.watchdog.unconfirmedAfter")).toContain("SandboxUnconfirmed");
+    expect(await explain("agentrun.status.approval.id")).toContain("watchdog.dev/approval-id");
+    expect(await explain("agentrun.status.podUID")).toContain("fences sandbox writes");
   });
 
   it("shows the printer columns", async () => {

@@ -22,15 +22,18 @@ export const MIN_DURATION_META = "x-watchdog-min-duration";
 /** Meta key read by the CRD generator: CEL rules to add at this node, as zod's refinements check. */
 export const CEL_META = "x-watchdog-cel";
 
-const duration = (description: string, min?: string) =>
-  z
+const duration = (description: string, min?: string) => {
+  // Parsed once per schema, not once per value: every run read (each heartbeat's event) checks these.
+  const minNanos = min === undefined ? undefined : (durationNanos(min) as bigint);
+  return z
     .string()
     .max(32)
     .regex(DURATION_PATTERN, "must be a positive duration such as 30s, 5m or 1h30m")
     // What CEL's duration() takes, to the nanosecond: more than zero, and no more than int64 nanoseconds.
     .refine((text) => !DURATION_PATTERN.test(text) || (durationNanos(text) ?? 0n) > 0n, "must be a positive duration such as 30s, 5m or 1h30m")
-    .refine((text) => min === undefined || (durationNanos(text) ?? 0n) === 0n || (durationNanos(text) as bigint) >= (durationNanos(min) as bigint), `must be at least ${min}`)
+    .refine((text) => minNanos === undefined || (durationNanos(text) ?? 0n) === 0n || (durationNanos(text) as bigint) >= minNanos, `must be at least ${min}`)
     .meta({ description, [DURATION_META]: true, ...(min ? { [MIN_DURATION_META]: min } : {}) });
+};
 
 const count = (min: number, description: string) => z.int().min(min).max(1_000_000).meta({ description });
 

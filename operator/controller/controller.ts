@@ -10,6 +10,7 @@ import { resolveWatchdog, toSettings, type InstallDefaults } from "../api/defaul
 import { paths, type Json, type KubeClient } from "../kube/client.ts";
 import { CONTROLLER, type Metrics } from "../metrics/metrics.ts";
 import { decide, type DecideInput } from "../watchdog/decide.ts";
+import { believe, livenessFacts, type LivenessMemory } from "../watchdog/liveness.ts";
 import { toMillis } from "../watchdog/observe.ts";
 import type { SandboxIdentity } from "../watchdog/sandbox-identity.ts";
 import { isQuiet, type Plan } from "../watchdog/plan.ts";
@@ -60,6 +61,8 @@ export class Controller {
   private readonly tombstones = new Map<string, Map<string, { pod: Json; at: number }>>();
   /** run key -> the heartbeat value this operator saw appear, and when (its own observation). */
   private readonly heartbeatsSeen = new Map<string, { key: string; at: number }>();
+  /** run key -> what was last believed about its current attempt's liveness, from every event seen. */
+  private readonly liveness = new Map<string, LivenessMemory>();
   private readonly nodeCache: NodeCache;
   private readonly executor: Executor;
   private readonly observers: RunObserver[] = [];
@@ -207,6 +210,7 @@ export class Controller {
     if (event === "delete") {
       this.wakeups.set(key, undefined);
       this.heartbeatsSeen.delete(key);
+      this.liveness.delete(key);
       this.tombstones.delete(key);
       return;
     }
@@ -214,6 +218,13 @@ export class Controller {
     // (the server's record of it, in managedFields, is what survives a restart).
     const hb = heartbeatKey(run);
     if (event === "update" && hb !== undefined && hb !== heartbeatKey(previous)) this.heartbeatsSeen.set(key, { key: hb, at: Date.now() });
+    // Each event is looked at, so that a current heartbeat replaced by a late write of an earlier
+    // attempt before the next reconcile is still remembered.
+    const seen = this.heartbeatsSeen.get(key);
+    const facts = livenessFacts(run, seen && seen.key === hb ? seen.at : undefined);
+    const memory = facts ? believe(facts, this.liveness.get(key)).memory : undefined;
+    if (memory) this.liveness.set(key, memory);
+    else this.liveness.delete(key);
     this.queue.add(key);
   }
 
@@ -335,6 +346,8 @@ export class Controller {
     if (nodes) inputs.nodes = nodes;
     const seen = this.heartbeatsSeen.get(key);
     if (seen && seen.key === heartbeatKey(run)) inputs.heartbeatSeenAt = seen.at;
+    const liveness = this.liveness.get(key);
+    if (liveness) inputs.liveness = liveness;
     return inputs;
   }
 

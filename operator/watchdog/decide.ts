@@ -16,7 +16,7 @@ import { resolveWatchdog, toSettings, type InstallDefaults } from "../api/defaul
 import { readAnswers } from "./answers.ts";
 import { withinLimits } from "./bounds.ts";
 import { findCondition } from "./conditions.ts";
-import { currentHeartbeat } from "./liveness.ts";
+import { believe, type LivenessMemory } from "./liveness.ts";
 import { mergePatchDiff } from "./merge-patch.ts";
 import { HEARTBEAT_FIELD, hasWork, podView, readRun, serverWriteTime, type NodeView } from "./observe.ts";
 import { event, type Outcome, type OperatorStatus } from "./outcome.ts";
@@ -52,6 +52,8 @@ export interface DecideInput {
   heartbeatSeenAt?: number;
   /** When the API server accepted the heartbeat, if the caller read it already (a trimmed cache). */
   heartbeatAcceptedAt?: number;
+  /** What the operator last believed about the current attempt's liveness (see LivenessMemory). */
+  liveness?: LivenessMemory;
 }
 
 function pickOperatorStatus(status: AgentRunStatus): OperatorStatus {
@@ -145,8 +147,9 @@ export function decide(input: DecideInput): Plan {
   wakes.push(...view.sandboxes.wakeAt);
 
   const accepted = input.heartbeatAcceptedAt ?? serverWriteTime(input.run, HEARTBEAT_FIELD);
-  const heartbeat = currentHeartbeat(status.heartbeat, next.attempt ?? 0, accepted, input.heartbeatSeenAt);
-  if (heartbeat) view.heartbeat = heartbeat;
+  const belief = believe({ runUid: run.metadata.uid ?? "", attempt: next.attempt ?? 0, heartbeat: status.heartbeat, serverTime: accepted, seenAt: input.heartbeatSeenAt }, input.liveness);
+  if (belief.heartbeat) view.heartbeat = belief.heartbeat;
+  if (belief.erasedAt !== undefined) view.heartbeatErasedAt = belief.erasedAt;
   const problems = [...read.problems];
   if (status.heartbeat && status.heartbeat.attempt > (next.attempt ?? 0)) {
     problems.push(`status.heartbeat.attempt ${status.heartbeat.attempt} is ahead of the run's attempt ${next.attempt ?? 0}`);

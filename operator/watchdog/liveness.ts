@@ -4,8 +4,8 @@
 // sandbox clock off by an hour therefore neither kills a healthy run nor keeps a dead one alive.
 // The sandbox's other times (its activity, for the stall timer) are moved onto the server's clock
 // by the offset between its heartbeat time and the server's acceptance of it.
-import type { Heartbeat } from "../api/agentrun.ts";
-import { toMillis } from "./observe.ts";
+import { Heartbeat } from "../api/agentrun.ts";
+import { HEARTBEAT_FIELD, serverWriteTime, toMillis } from "./observe.ts";
 
 export interface CurrentHeartbeat {
   heartbeat: Heartbeat;
@@ -34,6 +34,65 @@ export function currentHeartbeat(heartbeat: Heartbeat | undefined, attempt: numb
   return { heartbeat, acceptedAt: serverTime !== undefined ? serverTime + SERVER_TIME_RESOLUTION_MS : at, skewMs };
 }
 
+/**
+ * What the watchdog believed about the current attempt's liveness, kept by the controller between
+ * events. It matters when a late write from an earlier attempt's sandbox replaces the current
+ * heartbeat on the object (a merge patch replaces status.heartbeat as a whole): that write says
+ * nothing about the current sandbox, and must neither make it look dead nor keep it alive.
+ */
+export interface LivenessMemory {
+  runUid: string;
+  attempt: number;
+  /** The newest heartbeat of this attempt the operator saw, with its server time. */
+  heartbeat?: CurrentHeartbeat;
+  /**
+   * When a late write of an earlier attempt was accepted while nothing of this attempt was
+   * remembered (a fresh operator): the current sandbox is taken as alive then, once, so that the
+   * write cannot get a healthy sandbox killed, and repeated late writes cannot keep a dead one alive.
+   */
+  erasedAt?: number;
+}
+
+export interface Belief {
+  heartbeat?: CurrentHeartbeat;
+  erasedAt?: number;
+  memory?: LivenessMemory;
+}
+
+export interface LivenessFacts {
+  runUid: string;
+  attempt: number;
+  heartbeat: Heartbeat | undefined;
+  serverTime: number | undefined;
+  seenAt: number | undefined;
+}
+
+/** The heartbeat the watchdog may believe for the current attempt, and what to remember of it. */
+export function believe(facts: LivenessFacts, memory: LivenessMemory | undefined): Belief {
+  const { runUid, attempt, heartbeat } = facts;
+  const current = currentHeartbeat(heartbeat, attempt, facts.serverTime, facts.seenAt);
+  if (current) return { heartbeat: current, memory: current.acceptedAt !== undefined ? { runUid, attempt, heartbeat: current } : undefined };
+  const mine = memory?.runUid === runUid && memory.attempt === attempt ? memory : undefined;
+  // Only an earlier attempt's heartbeat is stood in for: a missing or unreadable one is the current
+  // sandbox's own doing, and a heartbeat ahead of the run is reported, not believed.
+  if (!heartbeat || heartbeat.attempt >= attempt) return mine ? { memory: mine } : {};
+  if (mine) return { ...(mine.heartbeat ? { heartbeat: mine.heartbeat } : {}), ...(mine.erasedAt !== undefined ? { erasedAt: mine.erasedAt } : {}), memory: mine };
+  // An earlier attempt's heartbeat: left from before this attempt began (then it is older than this
+  // attempt's pod, and changes nothing), or a late write that replaced this attempt's.
+  const at = facts.serverTime !== undefined ? facts.serverTime + SERVER_TIME_RESOLUTION_MS : facts.seenAt;
+  return at === undefined ? {} : { erasedAt: at, memory: { runUid, attempt, erasedAt: at } };
+}
+
+/** The facts of `believe` from a run as read (raw JSON), for a controller that watches runs. */
+export function livenessFacts(run: unknown, seenAt: number | undefined, serverTime?: number): LivenessFacts | undefined {
+  const object = run as { metadata?: { uid?: unknown }; status?: { attempt?: unknown; heartbeat?: unknown } } | undefined;
+  const runUid = object?.metadata?.uid;
+  if (typeof runUid !== "string") return undefined;
+  const attempt = typeof object?.status?.attempt === "number" ? object.status.attempt : 0;
+  const parsed = Heartbeat.safeParse(object?.status?.heartbeat);
+  return { runUid, attempt, heartbeat: parsed.success ? parsed.data : undefined, serverTime: serverTime ?? serverWriteTime(run, HEARTBEAT_FIELD), seenAt };
+}
+
 /** A time the sandbox reported, on the server's clock. */
 export function onServerClock(hb: CurrentHeartbeat | undefined, sandboxTime: string | undefined): number | undefined {
   const t = toMillis(sandboxTime);
@@ -42,10 +101,11 @@ export function onServerClock(hb: CurrentHeartbeat | undefined, sandboxTime: str
 
 /**
  * The last sign of life of an active sandbox: its newest accepted heartbeat, or the start of its
- * agent container when it has not heartbeated yet. Undefined while the agent has not started
+ * agent container when it has not heartbeated yet, or the moment a late write erased what it had
+ * (see LivenessMemory). Undefined while the agent has not started
  * (startTimeout covers that).
  */
-export function lastSignOfLife(hb: CurrentHeartbeat | undefined, agentStartedAt: number | undefined): number | undefined {
-  const times = [hb?.acceptedAt, agentStartedAt].filter((t): t is number => t !== undefined);
+export function lastSignOfLife(hb: CurrentHeartbeat | undefined, agentStartedAt: number | undefined, erasedAt?: number): number | undefined {
+  const times = [hb?.acceptedAt, agentStartedAt, erasedAt].filter((t): t is number => t !== undefined);
   return times.length ? Math.max(...times) : undefined;
 }

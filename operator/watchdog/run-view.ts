@@ -20,6 +20,8 @@ export interface RunView {
   sandboxes: Sandboxes;
   /** The current attempt's heartbeat, if it is one the watchdog may believe. */
   heartbeat?: CurrentHeartbeat;
+  /** When a late write of an earlier attempt replaced the current heartbeat (see LivenessMemory). */
+  heartbeatErasedAt?: number;
   answer?: Answer;
 }
 

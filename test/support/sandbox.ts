@@ -5,6 +5,16 @@ import { paths, type Json, type KubeClient } from "../../operator/kube/client.ts
 
 export type SandboxState = "Planning" | "ExecutingTool" | "AwaitingReply";
 
+/** How a heartbeat is written; each is optional, and without them heartbeat() is as it always was. */
+export interface HeartbeatOptions {
+  /** The sandbox's clock minus the true time, in ms: a sandbox whose clock is off. */
+  skewMs?: number;
+  /** heartbeat.time exactly as given (wins over skewMs), e.g. a value no sane clock writes. */
+  time?: string;
+  /** The write's field manager, e.g. the SDK's (SANDBOX_FIELD_MANAGER); default: the client's. */
+  fieldManager?: string;
+}
+
 export async function heartbeat(
   client: KubeClient,
   namespace: string,
@@ -13,10 +23,13 @@ export async function heartbeat(
   state: SandboxState = "Planning",
   activity?: { kind: string; time?: string },
   extra: Json = {},
+  options: HeartbeatOptions = {},
 ): Promise<Json> {
-  const hb: Json = { time: new Date().toISOString(), attempt, state };
-  if (activity) hb.activity = { kind: activity.kind, time: activity.time ?? new Date().toISOString() };
-  return client.mergePatch(paths.runStatus(namespace, name), { status: { heartbeat: hb, ...extra } });
+  const sandboxNow = () => new Date(Date.now() + (options.skewMs ?? 0)).toISOString();
+  const hb: Json = { time: options.time ?? sandboxNow(), attempt, state };
+  if (activity) hb.activity = { kind: activity.kind, time: activity.time ?? sandboxNow() };
+  const query = options.fieldManager !== undefined ? { fieldManager: options.fieldManager } : undefined;
+  return client.mergePatch(paths.runStatus(namespace, name), { status: { heartbeat: hb, ...extra } }, query);
 }
 
 export async function writeToolCalls(client: KubeClient, namespace: string, name: string, toolCalls: Json[]): Promise<Json> {

@@ -4,6 +4,7 @@
 // without an API server. The API server stamps each heartbeat write into managedFields with its
 // own clock (whole seconds), as the real one does; the sandbox's clock may be off.
 import { decide } from "../../operator/watchdog/decide.ts";
+import { believe, livenessFacts, type LivenessMemory } from "../../operator/watchdog/liveness.ts";
 import { isLive, podView, type NodeView } from "../../operator/watchdog/observe.ts";
 import { applyMergePatch } from "../../operator/watchdog/merge-patch.ts";
 import type { Plan } from "../../operator/watchdog/plan.ts";
@@ -87,8 +88,16 @@ export class World {
     return new Map([[NODE, { name: NODE, ready: cutOff ? "Unknown" : "True", outOfService: false, lastContact: this.nodeContact }]]);
   }
 
+  /** What the controller remembers of the current attempt's liveness, from every change it saw. */
+  private liveness: LivenessMemory | undefined;
+  private observe(): void {
+    const facts = livenessFacts(this.run, undefined);
+    this.liveness = facts ? believe(facts, this.liveness).memory : undefined;
+  }
+
   /** Runs the core once and applies its plan. */
   reconcile(): Plan {
+    this.observe();
     const plan = decide({
       run: structuredClone(this.run),
       pods: [...this.pods.values()].map((p) => structuredClone(p)),
@@ -96,6 +105,7 @@ export class World {
       defaults: this.defaults,
       deletedPods: structuredClone(this.tombstones),
       nodes: this.nodes(),
+      ...(this.liveness ? { liveness: this.liveness } : {}),
     });
     this.apply(plan);
     this.plans.push(plan);
@@ -232,6 +242,7 @@ export class World {
     this.patchStatus({ heartbeat: hb });
     // The API server's record of the write, on its own clock.
     this.run.metadata.managedFields = heartbeatManagedFields(this.now);
+    this.observe();
   }
   toolCall(call: { name: string; argsHash?: string; state: "Started" | "Succeeded" | "Failed"; httpStatus?: number; retryAfterSeconds?: number; id?: string; attempt?: number | null; idempotent?: boolean }): void {
     const calls = [...(this.status.toolCalls ?? [])];

@@ -80,10 +80,15 @@ export function running(view: RunView, next: OperatorStatus): Outcome {
   const mirror: Outcome = phase !== next.phase || next.reason !== undefined || next.message !== undefined ? { summary: "", phase: { phase } } : { summary: "" };
   if (phase === "AwaitingReply") return merge(mirror, awaiting(view, next, pod), bound(pod, next));
 
-  const lastAlive = lastSignOfLife(hb, pod.agent.startedAt);
+  const lastAlive = lastSignOfLife(hb, pod.agent.startedAt, view.heartbeatErasedAt);
   const deadline = (lastAlive ?? pod.createdAt) + view.settings.heartbeatTimeoutMs;
   if (view.now > deadline) {
-    const since = hb?.acceptedAt !== undefined ? `the last heartbeat was accepted at ${isoSeconds(hb.acceptedAt)}` : `the agent container started at ${isoSeconds(lastAlive ?? pod.createdAt)}`;
+    const since =
+      hb?.acceptedAt !== undefined && hb.acceptedAt === lastAlive
+        ? `the last heartbeat was accepted at ${isoSeconds(hb.acceptedAt)}`
+        : view.heartbeatErasedAt !== undefined && view.heartbeatErasedAt === lastAlive
+          ? `an earlier attempt's late heartbeat replaced this attempt's at ${isoSeconds(lastAlive)}`
+          : `the agent container started at ${isoSeconds(lastAlive ?? pod.createdAt)}`;
     return attemptFailed(
       view,
       next,

@@ -3,6 +3,7 @@
 // while healthy (liveness on the server's clock), and no input stops a kill.
 import { describe, expect, it } from "vitest";
 import { decide } from "../../../operator/watchdog/decide.ts";
+import { believe, livenessFacts, type LivenessFacts } from "../../../operator/watchdog/liveness.ts";
 import { OPERATOR_STATUS_FIELDS, isQuiet } from "../../../operator/watchdog/plan.ts";
 import { crdStatusProblems } from "../../support/crd-schema.ts";
 import { T0, heartbeatManagedFields, iso, pod, run } from "../fixtures.ts";
@@ -210,6 +211,35 @@ describe("rule 2: liveness on the server's clock", () => {
     expect(decide({ run: r, pods: [p], now: T0, heartbeatSeenAt: T0 - 10 * S }).deletePods).toEqual([]);
     // Without either, the agent's start is the last sign of life, and that is long past.
     expect(decide({ run: r, pods: [p], now: T0 }).deletePods).toHaveLength(1);
+  });
+
+  it("neither kills the current sandbox nor keeps it alive for long when an earlier attempt's late heartbeat replaces its own", () => {
+    const current = { time: iso(T0 - 5 * S), attempt: 2, state: "Planning" as const };
+    const late = { time: iso(T0 - 2 * S), attempt: 1, state: "Planning" as const };
+    const at = (hb: object, acceptedAt: number) => {
+      const r = run({ spec: quick, status: { phase: "Planning", attempt: 2, restarts: 1, podName: "r-2", podUID: "uid-pod-2", heartbeat: hb } });
+      r.metadata.managedFields = heartbeatManagedFields(acceptedAt);
+      return r;
+    };
+    const p = pod(2, { created: T0 - 10 * M });
+    p.status.containerStatuses = [{ name: "agent", state: { running: { startedAt: iso(T0 - 10 * M) } } }];
+    const uid = at(current, T0).metadata.uid as string;
+    // What a controller that watched remembers of attempt 2, and what a fresh one derives alone.
+    const remembered = believe(livenessFacts(at(current, T0 - 5 * S), undefined) as LivenessFacts, undefined).memory;
+    expect(remembered).toMatchObject({ runUid: uid, attempt: 2 });
+    const fresh = believe(livenessFacts(at(late, T0 - 2 * S), undefined) as LivenessFacts, undefined).memory;
+    expect(fresh).toMatchObject({ erasedAt: T0 - 2 * S + 999 });
+    // The agent started 10 minutes ago, so only the heartbeat keeps it: either belief keeps it alive.
+    expect(decide({ run: at(late, T0 - 2 * S), pods: [p], now: T0, liveness: remembered }).deletePods).toEqual([]);
+    expect(decide({ run: at(late, T0 - 2 * S), pods: [p], now: T0, liveness: fresh }).deletePods).toEqual([]);
+    expect(decide({ run: at(late, T0 - 2 * S), pods: [p], now: T0 }).deletePods).toEqual([]);
+    // A dead current sandbox is killed one timeout after its last heartbeat, or after the erasure;
+    // later late writes move neither.
+    const later = at(late, T0 + 50 * S);
+    expect(believe(livenessFacts(later, undefined) as LivenessFacts, fresh).memory).toEqual(fresh);
+    expect(decide({ run: later, pods: [p], now: T0 - 5 * S + 1 * M + 999 + 1, liveness: remembered }).deletePods).toHaveLength(1);
+    expect(decide({ run: later, pods: [p], now: T0 - 2 * S + 999 + 1 * M - 1, liveness: fresh }).deletePods).toEqual([]);
+    expect(decide({ run: later, pods: [p], now: T0 - 2 * S + 999 + 1 * M + 1, liveness: fresh }).deletePods).toHaveLength(1);
   });
 
   it("measures the stall timer on the server's clock too", () => {

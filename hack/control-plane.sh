@@ -646,6 +646,12 @@ node_ready_named() {
 # pods can be scheduled the moment `up` returns; kwok then owns the status.
 create_node() {
 	local code
+	# A node left from an earlier kwok that died stays NotReady (the node lifecycle controller
+	# set its conditions to Unknown, and a new kwok only renews heartbeats): make it afresh.
+	if ! node_ready_named "$KWOK_NODE_NAME" && [[ "$(api_status "https://127.0.0.1:$APISERVER_PORT/api/v1/nodes/$KWOK_NODE_NAME")" == 200 ]]; then
+		aw_log "node $KWOK_NODE_NAME is left from an earlier kwok and not Ready: creating it again"
+		api_status -X DELETE "https://127.0.0.1:$APISERVER_PORT/api/v1/nodes/$KWOK_NODE_NAME" >/dev/null
+	fi
 	code="$(api_status -X POST -H 'Content-Type: application/json' \
 		"https://127.0.0.1:$APISERVER_PORT/api/v1/nodes" --data-binary @- <<-EOF
 			{

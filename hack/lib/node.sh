@@ -281,9 +281,18 @@ node_network_up() {
 	# DNAT to 127.0.0.1 is allowed only for packets arriving on an interface that routes loopback
 	# addresses; the setting lives and dies with the bridge.
 	sysctl -qw "net.ipv4.conf.$NODE_BRIDGE.route_localnet=1"
-	iptables -t nat -N "$NODE_NAT_CHAIN" 2>/dev/null || iptables -t nat -F "$NODE_NAT_CHAIN"
-	iptables -t nat -A "$NODE_NAT_CHAIN" -d "$KUBERNETES_SERVICE_IP/32" -p tcp --dport 443 \
-		-j DNAT --to-destination "127.0.0.1:$APISERVER_PORT"
+	# Not flushed: `up` runs again to restart a component while pods still use what node-expose
+	# added. Only a Service rule to another API server port (an earlier cluster's) is replaced.
+	iptables -t nat -N "$NODE_NAT_CHAIN" 2>/dev/null || true
+	local service=(-d "$KUBERNETES_SERVICE_IP/32" -p tcp -m tcp --dport 443 -j DNAT --to-destination "127.0.0.1:$APISERVER_PORT") line rule=()
+	if ! iptables -t nat -C "$NODE_NAT_CHAIN" "${service[@]}" 2>/dev/null; then
+		while IFS= read -r line; do
+			[[ "$line" == "-A $NODE_NAT_CHAIN -d $KUBERNETES_SERVICE_IP/32 "* ]] || continue
+			read -ra rule <<<"${line#-A "$NODE_NAT_CHAIN" }"
+			iptables -t nat -D "$NODE_NAT_CHAIN" "${rule[@]}"
+		done < <(iptables -t nat -S "$NODE_NAT_CHAIN")
+		iptables -t nat -I "$NODE_NAT_CHAIN" 1 "${service[@]}"
+	fi
 	iptables -t nat -C PREROUTING -i "$NODE_BRIDGE" -j "$NODE_NAT_CHAIN" 2>/dev/null ||
 		iptables -t nat -A PREROUTING -i "$NODE_BRIDGE" -j "$NODE_NAT_CHAIN"
 }

@@ -19,6 +19,9 @@ export interface LeaderOptions {
   retryPeriodMs: number;
 }
 
+/** How long after another's lease has expired, by this replica's clock, it tries to take it. */
+const EXPIRY_MARGIN_MS = 20;
+
 export const LEADER_DEFAULTS = { leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2_000 };
 
 /** How long handing the lease back may take: the other replica takes over at its next retry. */
@@ -66,7 +69,7 @@ export class LeaderElector {
   private attempt?: AbortController;
   /** Monotonic time at which the last successful renew was sent (not when its answer came). */
   private lastRenew = 0;
-  private observed?: { record: string; at: number };
+  private observed?: { record: string; at: number; holder: string; durationMs: number };
   private onStarted: () => void = () => {};
   private onStopped: () => void = () => {};
 
@@ -129,8 +132,12 @@ export class LeaderElector {
     if (renewed) this.renewed(startedAt);
     else this.checkDeadline();
     if (this.stopped) return;
-    // Attempts start one retry period apart; one that took longer is followed at once.
-    const wait = Math.max(0, startedAt + this.options.retryPeriodMs - this.clock.monotonic());
+    // Attempts start one retry period apart; one that took longer is followed at once. A replica
+    // waiting for another's lease tries again the moment it expires, not up to a period later, so
+    // that a dead leader is replaced within the lease duration of when this replica saw it renew.
+    let wait = Math.max(0, startedAt + this.options.retryPeriodMs - this.clock.monotonic());
+    const other = this.observed && this.observed.holder !== "" && this.observed.holder !== this.options.identity ? this.observed : undefined;
+    if (!this.leading && other) wait = Math.min(wait, Math.max(0, other.at + other.durationMs + EXPIRY_MARGIN_MS - this.clock.monotonic()));
     this.retryTimer = setTimeout(() => void this.tick(), wait);
   }
 
@@ -209,8 +216,7 @@ export class LeaderElector {
     this.remember(lease);
     const holder = spec.holderIdentity ?? "";
     if (holder !== this.options.identity && holder !== "") {
-      const durationMs = (spec.leaseDurationSeconds ?? 15) * 1000;
-      if (this.observed && this.clock.monotonic() - this.observed.at < durationMs) return false; // someone else holds it
+      if (this.observed && this.clock.monotonic() - this.observed.at < this.observed.durationMs) return false; // someone else holds it
     }
     try {
       const updated = await this.client.request<Json>("PUT", this.path, { signal, body: { ...lease, spec: this.spec(now, spec) } });
@@ -224,8 +230,11 @@ export class LeaderElector {
 
   /** Notes when the lease record last changed, by this replica's clock. */
   private remember(lease: Json): void {
-    const spec = JSON.stringify(lease.spec ?? {});
-    if (!this.observed || this.observed.record !== spec) this.observed = { record: spec, at: this.clock.monotonic() };
+    const spec = (lease.spec ?? {}) as LeaseSpec;
+    const record = JSON.stringify(spec);
+    if (!this.observed || this.observed.record !== record) {
+      this.observed = { record, at: this.clock.monotonic(), holder: spec.holderIdentity ?? "", durationMs: (spec.leaseDurationSeconds ?? 15) * 1000 };
+    }
   }
 
   /**

@@ -88,6 +88,8 @@ export interface SandboxOptions {
   progressTimeoutMs?: number;
   /** Tool records kept in status (the CRD allows 64). Default 32. */
   maxToolCalls?: number;
+  /** How long the first read of the run is retried while the API server cannot be reached. Default 60 s. */
+  startDeadlineMs?: number;
   /** Called with each new nudge of the stall watchdog. */
   onNudge?: (nudge: Nudge) => void;
   /** Called once when this sandbox is fenced. */
@@ -170,6 +172,8 @@ interface ApprovalWait {
 const FIRST_RETRY_MS = 200;
 const MAX_RETRY_MS = 5_000;
 const FLUSH_DEADLINE_MS = 10_000;
+/** How long the first read of the run is retried while the API server cannot be reached. */
+const START_DEADLINE_MS = 60_000;
 /** How long after start a refusal for not being the run's current pod is taken as "not yet". */
 const FENCING_GRACE_MS = 30_000;
 /** The transcript is for the agent's recent context, not an archive: the newest entries are kept. */
@@ -262,12 +266,19 @@ export class Sandbox {
   static async start(options: SandboxOptions = {}): Promise<Sandbox> {
     const identity = options.identity ?? identityFromEnv(options.env ?? process.env);
     const client = options.client ?? new KubeClient();
-    let raw: Json;
-    try {
-      raw = await client.get(paths.run(identity.namespace, identity.runName));
-    } catch (err) {
-      if (isNotFound(err)) throw new FencedError(`run ${identity.namespace}/${identity.runName} does not exist`);
-      throw err;
+    let raw: Json | undefined;
+    // An API server that restarts, or a network still coming up in a new pod, is a matter of
+    // seconds: the first read is retried like every write, up to START_DEADLINE_MS.
+    const clock = options.clock ?? Date.now;
+    const giveUpAt = clock() + (options.startDeadlineMs ?? START_DEADLINE_MS);
+    for (let wait = FIRST_RETRY_MS; raw === undefined; wait = Math.min(MAX_RETRY_MS, wait * 2)) {
+      try {
+        raw = await client.get(paths.run(identity.namespace, identity.runName));
+      } catch (err) {
+        if (isNotFound(err)) throw new FencedError(`run ${identity.namespace}/${identity.runName} does not exist`);
+        if (!isTransient(err) || clock() + wait > giveUpAt) throw err;
+        await new Promise((resolve) => setTimeout(resolve, wait));
+      }
     }
     // Parsed as the operator parses it: what earlier attempts left decides what tools do now, so
     // a record that does not fit the schema is dropped rather than trusted.

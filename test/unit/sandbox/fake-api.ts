@@ -16,6 +16,8 @@ export class FakeApi {
   hold: Promise<void> | undefined;
   /** Errors the next writes fail with, in order. */
   readonly failures: ApiError[] = [];
+  /** Errors the next reads of the run fail with, in order (an API server restarting). */
+  readonly readFailures: Error[] = [];
 
   constructor(status: Json = {}, spec: Json = {}) {
     this.run = {
@@ -47,6 +49,8 @@ export class FakeApi {
   client(): KubeClient {
     const api: Partial<KubeClient> = {
       get: async <T>(path: string) => {
+        const failure = this.readFailures.shift();
+        if (failure) throw failure;
         const run = structuredClone(this.run);
         // The collection, as the watch lists it (by field selector): one item, the list's version.
         if (path.endsWith("/agentruns")) return { metadata: { resourceVersion: String(this.rv) }, items: [run] } as T;

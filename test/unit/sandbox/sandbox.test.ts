@@ -51,6 +51,22 @@ describe("reporting in", () => {
     expect(api.status.heartbeat.activity).toBeUndefined();
   });
 
+  it("waits out an API server that cannot be reached at start, and gives up after its start deadline", async () => {
+    const api = new FakeApi();
+    api.readFailures.push(new TypeError("fetch failed"), new ApiError("GET", "/run", 503, { message: "etcd is down" }));
+    const starting = start(api);
+    await vi.advanceTimersByTimeAsync(1000);
+    await starting;
+    expect(api.patches).toHaveLength(1);
+
+    const down = new FakeApi();
+    for (let i = 0; i < 100; i++) down.readFailures.push(new TypeError("fetch failed"));
+    const failing = start(down, { startDeadlineMs: 10_000 }).catch((err: unknown) => err);
+    await vi.advanceTimersByTimeAsync(10_000);
+    expect(String(await failing)).toContain("fetch failed");
+    expect(down.readFailures.length).toBeGreaterThan(90);
+  });
+
   it("refuses to start for an attempt that is already over", async () => {
     const api = new FakeApi({ attempt: 2 });
     await expect(start(api)).rejects.toThrow(FencedError);

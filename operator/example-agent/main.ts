@@ -20,7 +20,8 @@
 //
 // The behaviour is env EXAMPLE_BEHAVIOUR, else the run's spec.goal when it names one, else healthy.
 // Timings (for fast tests): EXAMPLE_STEPS (3), EXAMPLE_STEP_DELAY_MS (1000), EXAMPLE_LOOP_DELAY_MS
-// (500), EXAMPLE_MAX_LOOPS (50), EXAMPLE_RETRY_AFTER_SECONDS (5). The outbox: EXAMPLE_OUTBOX_URL
+// (500), EXAMPLE_MAX_LOOPS (50), EXAMPLE_RETRY_AFTER_SECONDS (5), EXAMPLE_CLOCK_SKEW_MS (0: how far
+// the sandbox's clock runs fast). The outbox: EXAMPLE_OUTBOX_URL
 // (a shared outbox service, for pods) or EXAMPLE_OUTBOX_DIR (a directory; default a temp dir).
 //
 // Run it as `node operator/example-agent/main.ts` with WATCHDOG_RUN_NAME, WATCHDOG_RUN_NAMESPACE,
@@ -213,8 +214,14 @@ const behaviours: Record<Behaviour, (sandbox: Sandbox) => Promise<void>> = {
   },
 };
 
-await runAgent(async (sandbox) => {
-  const behaviour = chooseBehaviour(process.env.EXAMPLE_BEHAVIOUR, sandbox.goal);
-  log.info({ behaviour, attempt: sandbox.attempt, run: sandbox.runName }, "example agent starting");
-  await behaviours[behaviour](sandbox);
-});
+// A sandbox whose clock is off (EXAMPLE_CLOCK_SKEW_MS, for the soak): the watchdog must measure
+// its heartbeats on the API server's clock, never on this one.
+const skewMs = intEnv("EXAMPLE_CLOCK_SKEW_MS", 0);
+await runAgent(
+  async (sandbox) => {
+    const behaviour = chooseBehaviour(process.env.EXAMPLE_BEHAVIOUR, sandbox.goal);
+    log.info({ behaviour, attempt: sandbox.attempt, run: sandbox.runName, skewMs }, "example agent starting");
+    await behaviours[behaviour](sandbox);
+  },
+  skewMs ? { clock: () => Date.now() + skewMs } : {},
+);

@@ -1,8 +1,8 @@
 // Shared by the real-node tests: pods of the project image, and the node's own view of what runs
 // on it (containerd's), which the tests check beside the API's.
-import { execFile } from "node:child_process";
 import { join } from "node:path";
 import { inject } from "vitest";
+import { ContainerdView, type NodeContainer } from "../../hack/soak/node-view.ts";
 import { paths, type Json, type KubeClient } from "../../operator/kube/client.ts";
 import { waitFor } from "../support/wait.ts";
 
@@ -43,47 +43,17 @@ export function containerdSocket(): string {
   return join(inject("nodeState"), "control-plane/node/containerd/containerd.sock");
 }
 
-export interface NodeContainer {
-  id: string;
-  pod: string;
-  namespace: string;
-  container: string;
-  status: string;
-}
+export type { NodeContainer };
 
-function ctr(args: string[]): Promise<string> {
-  return new Promise((resolve, reject) =>
-    execFile("ctr", ["--address", containerdSocket(), "--namespace", "k8s.io", ...args], { encoding: "utf8", timeout: 20_000 }, (err, stdout, stderr) =>
-      err ? reject(new Error(`ctr ${args.join(" ")}: ${stderr || err.message}`)) : resolve(stdout),
-    ),
-  );
-}
+let view: ContainerdView | undefined;
 
 /**
- * The application containers containerd runs right now (task status RUNNING), with the pod each
- * belongs to: what is really running on the node, whatever the API says.
+ * The application containers containerd has tasks for (status RUNNING while they run), with the
+ * pod each belongs to: what is really running on the node, whatever the API says.
  */
-export async function nodeContainers(): Promise<NodeContainer[]> {
-  const tasks = new Map<string, string>();
-  for (const line of (await ctr(["tasks", "ls"])).split("\n").slice(1)) {
-    const [id, , status] = line.trim().split(/\s+/);
-    if (id && status) tasks.set(id, status);
-  }
-  const out: NodeContainer[] = [];
-  for (const line of (await ctr(["containers", "ls", "--quiet"])).split("\n").filter(Boolean)) {
-    const info = JSON.parse(await ctr(["containers", "info", line])) as { Labels?: Record<string, string> };
-    const labels = info.Labels ?? {};
-    const container = labels["io.kubernetes.container.name"];
-    if (labels["io.cri-containerd.kind"] !== "container" || !container) continue; // pod sandboxes hold namespaces, not work
-    out.push({
-      id: line,
-      pod: labels["io.kubernetes.pod.name"] ?? "",
-      namespace: labels["io.kubernetes.pod.namespace"] ?? "",
-      container,
-      status: tasks.get(line) ?? "CREATED",
-    });
-  }
-  return out;
+export function nodeContainers(): Promise<NodeContainer[]> {
+  view ??= new ContainerdView(containerdSocket());
+  return view.containers();
 }
 
 /**

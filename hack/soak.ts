@@ -1,0 +1,282 @@
+// `npm run soak`: many runs of the example agent's behaviours under many faults at once, for a
+// while, judged by an independent observer (hack/soak/observer.ts) that trusts none of the
+// operator's own figures. Exits non-zero when any promise was broken: two sandboxes of one run at
+// once, a retry before its retry-after, a healthy sandbox killed, a run lost or stuck, a ledger row
+// missing, a side effect not exactly once, or an operator that crashed by itself.
+//
+// The parts: world.ts (the cluster and two operator replicas behind TCP proxies), faults.ts (what
+// breaks and when), observer.ts (what happened), analyse.ts (what it means), report.ts (the table
+// and the JSON line), self-test.ts (a record with one violation of each kind).
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { Client } from "pg";
+import { parseDuration } from "../operator/api/duration.ts";
+import { paths, type Json } from "../operator/kube/client.ts";
+import { emailsByRun } from "./demo/judge.ts";
+import { FINAL_PHASES } from "./demo/driver.ts";
+import { APPROVAL_ANSWER, manifestFor, type Behaviour } from "./demo/scenario.ts";
+import { analyse } from "./soak/analyse.ts";
+import { apply, random, schedule, type FaultContext } from "./soak/faults.ts";
+import { Observer } from "./soak/observer.ts";
+import type { FaultRecord, LedgerRecord, SoakRecord } from "./soak/record.ts";
+import { jsonLine, table } from "./soak/report.ts";
+import { selfTest } from "./soak/self-test.ts";
+import { LEASE_NAME, soakWorld, type SoakWorld } from "./soak/world.ts";
+import { stateRoot } from "./sandbox-runner.ts";
+
+const USAGE = `usage: npm run soak -- [--runs 60] [--duration 5m] [--node kubelet|kwok] [--seed N]
+
+  --runs N          runs to create, spread over the first 60% of the duration (default 60)
+  --duration D      how long faults are injected, e.g. 5m or 30m (default 5m); the soak then
+                    heals every fault and waits for the runs to settle (up to --settle)
+  --node KIND       kubelet: real pods of the project image on the real node (needs root);
+                    kwok: the kwok node, with the local sandbox runner playing the kubelet
+                    (default kubelet)
+  --seed N          seed of the fault schedule and the choice of victims (default: random,
+                    printed, so that a soak can be played again)
+  --settle D        how long the runs may take to settle after the faults (default 5m)
+  --namespace NAME  where the runs go (default agent-watchdog-soak); it is recreated
+  --self-test       analyse a made-up record with one violation of each kind; exit 0 only when
+                    each is counted exactly once
+
+Faults: SIGKILL of the leading replica every 30 s (a graceful rollout every fourth time),
+operator connections cut every 45 s, an agent process killed every 40 s; every five minutes a
+409 storm on the runs' metadata, the leader's connections stalled for 20 s, kube-apiserver and
+etcd killed and restarted, the node paused for 30 to 90 s (kubelet only), PostgreSQL stopped for
+60 s; one run in ten has a sandbox clock 10 minutes fast.
+
+Output: a table, then one JSON line. Exit 0 when every invariant held and the runs settled.
+`;
+
+/** The example agent's behaviours, in the proportions the soak creates them. */
+const MIX = ["healthy", "hang-in-tool", "crash", "healthy", "rate-limited", "tool-loop", "await-approval", "side-effect-then-crash"] as const;
+
+const SOAK_WATCHDOG = {
+  heartbeatTimeout: "20s",
+  maxRestarts: 3,
+  killGracePeriod: "5s",
+  backoff: { initial: "2s", factor: 2, max: "10s" },
+  rateLimitBackoff: { initial: "2s", factor: 2, max: "10s" },
+  stall: { timeout: "30s", maxNudges: 3 },
+  releaseAwaitingAfter: "10s",
+};
+
+interface PlannedRun {
+  name: string;
+  behaviour: string;
+  at: number;
+  skewed: boolean;
+}
+
+function planRuns(count: number, durationMs: number, rand: () => number): PlannedRun[] {
+  const window = durationMs * 0.6;
+  return Array.from({ length: count }, (_, i) => {
+    const behaviour = MIX[i % MIX.length] as string;
+    return { name: `r${i}-${behaviour}`, behaviour, at: Math.floor((i / count) * window + rand() * (window / count)), skewed: behaviour === "healthy" && i % 10 === 0 };
+  });
+}
+
+function manifest(world: SoakWorld, run: PlannedRun): Json {
+  const env = { ...world.sandboxEnv, ...(run.skewed ? { EXAMPLE_CLOCK_SKEW_MS: String(10 * 60_000) } : {}) };
+  const watchdog = run.behaviour === "hang-in-tool" ? { ...SOAK_WATCHDOG, maxRestarts: 1 } : SOAK_WATCHDOG;
+  const out = manifestFor({ name: run.name, behaviour: run.behaviour as Behaviour, watchdog, expected: "" }, { image: world.image, env });
+  (out.metadata as { labels: Record<string, string> }).labels = { "app.kubernetes.io/part-of": "agent-watchdog-soak" };
+  return out;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Answers every pending approval a few seconds after it is asked, with the request's id. */
+function approver(world: SoakWorld): { stop(): Promise<void> } {
+  let stopped = false;
+  const pendingSince = new Map<string, number>();
+  const loop = (async () => {
+    while (!stopped) {
+      try {
+        const runs = (await world.client.get<{ items: Json[] }>(paths.runs(world.namespace))).items as { metadata: { name: string }; status?: { approval?: { id?: string; state?: string } } }[];
+        for (const run of runs) {
+          const approval = run.status?.approval;
+          if (approval?.state !== "Pending" || !approval.id) continue;
+          const key = `${run.metadata.name}/${approval.id}`;
+          const since = pendingSince.get(key) ?? Date.now();
+          pendingSince.set(key, since);
+          if (Date.now() - since < 3000) continue;
+          await world.client
+            .mergePatch(paths.run(world.namespace, run.metadata.name), { metadata: { annotations: { "watchdog.dev/approve": APPROVAL_ANSWER, "watchdog.dev/approval-id": approval.id } } })
+            .catch(() => undefined);
+        }
+      } catch {
+        // the API server may be down for a moment: ask again
+      }
+      await sleep(1000);
+    }
+  })();
+  return {
+    async stop() {
+      stopped = true;
+      await loop;
+    },
+  };
+}
+
+async function readLedger(databaseUrl: string, namespace: string): Promise<LedgerRecord[]> {
+  const client = new Client({ connectionString: databaseUrl });
+  await client.connect();
+  try {
+    const byRun = new Map<string, LedgerRecord>();
+    const of = (uid: string) => byRun.get(uid) ?? (byRun.set(uid, { runUid: uid, transitions: [], toolCalls: [] }).get(uid) as LedgerRecord);
+    const t = await client.query<{ run_uid: string; time: Date; to_phase: string }>("SELECT run_uid, time, to_phase FROM ledger_transitions WHERE namespace = $1", [namespace]);
+    for (const row of t.rows) of(row.run_uid).transitions.push(`${row.time.getTime()}|${row.to_phase}`);
+    const c = await client.query<{ run_uid: string; call_id: string }>("SELECT run_uid, call_id FROM ledger_tool_calls WHERE namespace = $1", [namespace]);
+    for (const row of c.rows) of(row.run_uid).toolCalls.push(row.call_id);
+    return [...byRun.values()];
+  } finally {
+    await client.end();
+  }
+}
+
+async function main(argv: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      runs: { type: "string" },
+      duration: { type: "string" },
+      node: { type: "string" },
+      seed: { type: "string" },
+      settle: { type: "string" },
+      namespace: { type: "string" },
+      "self-test": { type: "boolean" },
+      help: { type: "boolean", short: "h" },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  if (values["self-test"]) {
+    const result = selfTest();
+    for (const [invariant, n] of Object.entries(result.counts)) process.stdout.write(`  ${invariant.padEnd(20)} injected 1, counted ${n}${n === 1 ? "" : "  <-- wrong"}\n`);
+    process.stdout.write(result.ok ? "self-test passed: each injected violation was counted exactly once\n" : "self-test FAILED\n");
+    return result.ok ? 0 : 1;
+  }
+  const runs = Number(values.runs ?? 60);
+  const durationMs = parseDuration(values.duration ?? "5m");
+  const settleMs = parseDuration(values.settle ?? "5m");
+  const node = values.node ?? "kubelet";
+  const seed = values.seed !== undefined ? Number(values.seed) : Math.floor(Math.random() * 2 ** 31);
+  const namespace = values.namespace ?? "agent-watchdog-soak";
+  if (!Number.isInteger(runs) || runs < 1) throw new Error(`--runs ${values.runs} must be a positive whole number`);
+  if (node !== "kubelet" && node !== "kwok") throw new Error(`--node ${node} must be kubelet or kwok`);
+  if (!Number.isInteger(seed)) throw new Error(`--seed ${values.seed} must be a whole number`);
+
+  const dir = join(stateRoot(), "soak", `${Date.now()}`);
+  mkdirSync(dir, { recursive: true });
+  const log = (line: string) => process.stderr.write(`[soak ${new Date().toISOString().slice(11, 19)}] ${line}\n`);
+  log(`seed ${seed}; files in ${dir}`);
+  const rand = random(seed);
+  const world = await soakWorld({ node, namespace, dir, log });
+  const observer = new Observer(world.client, namespace, { namespace, name: LEASE_NAME }, world.nodeView);
+  const faults: FaultRecord[] = [];
+  let settled = false;
+  let record: SoakRecord | undefined;
+  try {
+    observer.start();
+    const startedAt = Date.now();
+    const planned = planRuns(runs, durationMs, rand);
+    // Behaviours that complete, so that a sandbox killed from outside costs one restart and no more.
+    const completes = new Set(["healthy", "crash", "rate-limited", "side-effect-then-crash"]);
+    const killable = new Set(planned.filter((r) => completes.has(r.behaviour)).map((r) => r.name));
+    for (const r of planned.filter((p) => p.skewed)) faults.push({ kind: "clock-skew", at: startedAt + r.at, detail: `${r.name}: sandbox clock 10 minutes fast` });
+    const answering = approver(world);
+    const creating = (async () => {
+      for (const run of planned) {
+        await sleep(Math.max(0, startedAt + run.at - Date.now()));
+        for (let i = 0; ; i++) {
+          try {
+            await world.client.create(paths.runs(namespace), manifest(world, run));
+            break;
+          } catch (err) {
+            // the API server may be restarting: a user would apply again
+            if (i > 60) throw err;
+            await sleep(1000);
+          }
+        }
+      }
+    })();
+    const ctx: FaultContext = { world, observer, rand, log, killable };
+    const running: Promise<void>[] = [];
+    for (const fault of schedule(durationMs, node, rand)) {
+      await sleep(Math.max(0, startedAt + fault.at - Date.now()));
+      log(`fault ${fault.kind}${fault.forMs ? ` for ${fault.forMs / 1000} s` : ""}`);
+      running.push(
+        apply(ctx, fault).then(
+          (r) => void faults.push(r),
+          (err) => void faults.push({ kind: fault.kind, at: startedAt + fault.at, detail: `failed: ${err instanceof Error ? err.message : String(err)}`, skipped: "failed" }),
+        ),
+      );
+    }
+    await sleep(Math.max(0, startedAt + durationMs - Date.now()));
+    log("faults over; waiting for the lasting ones to heal");
+    await Promise.all(running);
+    await creating;
+    log("waiting for the runs to settle");
+    const settleBy = Date.now() + settleMs;
+    while (Date.now() < settleBy) {
+      try {
+        const items = (await world.client.get<{ items: { status?: { phase?: string } }[] }>(paths.runs(namespace))).items;
+        if (items.length === runs && items.every((r) => FINAL_PHASES.has(r.status?.phase ?? ""))) {
+          settled = true;
+          break;
+        }
+      } catch {
+        // ask again
+      }
+      await sleep(1000);
+    }
+    await answering.stop();
+    // The last deletions and the ledger's last writes land a moment after the runs settle.
+    await sleep(5000);
+    await observer.stop();
+    const runRecords = observer.runRecords();
+    let ledger: LedgerRecord[] = [];
+    const seen = runRecords.reduce((n, r) => n + r.transitionsSeen.length, 0);
+    for (let i = 0; i < 60; i++) {
+      ledger = await readLedger(world.databaseUrl, namespace).catch(() => []);
+      if (ledger.reduce((n, l) => n + l.transitions.length, 0) >= seen) break;
+      await sleep(1000);
+    }
+    record = {
+      startedAt,
+      endedAt: Date.now(),
+      node,
+      pods: [...observer.pods.values()],
+      containers: observer.containers,
+      heartbeats: observer.heartbeats,
+      attemptEnds: [...observer.attemptEnds.values()],
+      phases: observer.phases,
+      runs: runRecords,
+      ledger,
+      emails: Object.fromEntries(await emailsByRun(world.outboxDir)),
+      leases: observer.leases,
+      faults: faults.sort((a, b) => a.at - b.at),
+      operatorExits: world.operatorExits,
+    };
+    writeFileSync(join(dir, "record.json"), JSON.stringify(record));
+  } finally {
+    await observer.stop().catch(() => undefined);
+    await world.teardown();
+  }
+  const findings = analyse(record);
+  const summary = { seed, node, runs, durationMs, settled, faults: record.faults, findings, samples: observer.samples };
+  process.stdout.write(`${table(summary)}\n${jsonLine(summary)}\n`);
+  return settled && findings.violations.length === 0 ? 0 : 1;
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    process.stderr.write(`soak failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    process.exit(2);
+  },
+);

@@ -1,0 +1,283 @@
+// The soak's independent observer. It trusts nothing the operator says about itself: it lists and
+// watches pods, runs and the leader Lease through a connection of its own (not through the proxies
+// the soak breaks), samples what really runs on the node, and writes down plain facts with their
+// times (record.ts). The analysis (analyse.ts) decides afterwards what broke.
+import { LABELS } from "../../operator/api/annotations.ts";
+import { parseDuration } from "../../operator/api/duration.ts";
+import type { Json, KubeClient } from "../../operator/kube/client.ts";
+import { HEARTBEAT_FIELD, serverWriteTime } from "../../operator/watchdog/observe.ts";
+import type { AttemptEnd, ContainerInterval, HeartbeatRecord, LeaseRecord, PhaseRecord, PodRecord, RunRecord } from "./record.ts";
+
+/* eslint-disable @typescript-eslint/no-explicit-any -- objects are read as plain JSON here */
+
+/** A running container of a sandbox pod, as the node (or the kwok runner) shows it. */
+export interface RunningContainer {
+  podUid?: string;
+  pod: string;
+  namespace: string;
+}
+
+export type NodeView = () => Promise<RunningContainer[]>;
+
+const ms = (t: unknown) => (typeof t === "string" ? Date.parse(t) : NaN);
+
+/**
+ * Lists, then watches from the list's resourceVersion; after any error or close it lists again,
+ * and reports what vanished in between as gone. Simple on purpose: it must not share the
+ * operator's informer, whose faults it is there to catch.
+ */
+class ListWatch {
+  private readonly known = new Map<string, Json>();
+  private stopped = false;
+  private abort?: AbortController;
+  private loop?: Promise<void>;
+
+  private readonly client: KubeClient;
+  private readonly path: string;
+  private readonly query: Record<string, string>;
+  private readonly onObject: (type: "ADDED" | "MODIFIED" | "DELETED", object: Json) => void;
+
+  constructor(client: KubeClient, path: string, query: Record<string, string>, onObject: (type: "ADDED" | "MODIFIED" | "DELETED", object: Json) => void) {
+    this.client = client;
+    this.path = path;
+    this.query = query;
+    this.onObject = onObject;
+  }
+
+  start(): void {
+    this.loop = (async () => {
+      while (!this.stopped) {
+        try {
+          const list = await this.client.get<{ metadata: { resourceVersion: string }; items: Json[] }>(this.path, this.query);
+          const seen = new Set<string>();
+          for (const item of list.items) {
+            const uid = (item.metadata as any).uid as string;
+            seen.add(uid);
+            this.onObject(this.known.has(uid) ? "MODIFIED" : "ADDED", item);
+            this.known.set(uid, item);
+          }
+          for (const [uid, object] of this.known) {
+            if (!seen.has(uid)) {
+              this.known.delete(uid);
+              this.onObject("DELETED", object);
+            }
+          }
+          await new Promise<void>((resolve) => {
+            void this.client
+              .watch(
+                this.path,
+                { ...this.query, resourceVersion: list.metadata.resourceVersion, allowWatchBookmarks: true },
+                (type, object) => {
+                  if (type !== "ADDED" && type !== "MODIFIED" && type !== "DELETED") return;
+                  const uid = (object.metadata as any).uid as string;
+                  if (type === "DELETED") this.known.delete(uid);
+                  else this.known.set(uid, object);
+                  this.onObject(type, object);
+                },
+                () => resolve(),
+                30_000,
+              )
+              .then((abort) => (this.abort = abort), () => resolve());
+          });
+        } catch {
+          // the API server is down or restarting: list again shortly
+        }
+        if (!this.stopped) await new Promise((resolve) => setTimeout(resolve, 300));
+      }
+    })();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.abort?.abort();
+    await this.loop;
+  }
+}
+
+interface RunState {
+  record: RunRecord;
+  transitions: Set<string>;
+  toolCalls: Set<string>;
+  phase?: string;
+  heartbeat?: string;
+}
+
+export class Observer {
+  readonly pods = new Map<string, PodRecord>();
+  readonly containers: ContainerInterval[] = [];
+  readonly heartbeats: HeartbeatRecord[] = [];
+  readonly attemptEnds = new Map<string, AttemptEnd>();
+  readonly phases: PhaseRecord[] = [];
+  readonly leases: LeaseRecord[] = [];
+  private readonly runs = new Map<string, RunState>();
+  private readonly open = new Map<string, ContainerInterval>();
+  private readonly watches: ListWatch[] = [];
+  private sampling?: Promise<void>;
+  private stopped = false;
+  samples = 0;
+
+  private readonly client: KubeClient;
+  private readonly namespace: string;
+  private readonly lease: { namespace: string; name: string };
+  private readonly nodeView: NodeView;
+
+  constructor(client: KubeClient, namespace: string, lease: { namespace: string; name: string }, nodeView: NodeView) {
+    this.client = client;
+    this.namespace = namespace;
+    this.lease = lease;
+    this.nodeView = nodeView;
+  }
+
+  start(): void {
+    const ns = this.namespace;
+    this.watches.push(
+      new ListWatch(this.client, `/api/v1/namespaces/${ns}/pods`, { labelSelector: LABELS.run }, (type, pod) => this.onPod(type, pod)),
+      new ListWatch(this.client, `/apis/watchdog.dev/v1alpha1/namespaces/${ns}/agentruns`, {}, (type, run) => this.onRun(type, run)),
+      new ListWatch(this.client, `/apis/coordination.k8s.io/v1/namespaces/${this.lease.namespace}/leases`, { fieldSelector: `metadata.name=${this.lease.name}` }, (type, lease) => this.onLease(type, lease)),
+    );
+    for (const w of this.watches) w.start();
+    this.sampling = this.sample();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await Promise.all(this.watches.map((w) => w.stop()));
+    await this.sampling;
+    for (const interval of this.open.values()) this.containers.push(interval);
+    this.open.clear();
+  }
+
+  /** The runs as last seen, with what their status showed over time. */
+  runRecords(): RunRecord[] {
+    return [...this.runs.values()].map((s) => ({ ...s.record, transitionsSeen: [...s.transitions], toolCallsSeen: [...s.toolCalls] }));
+  }
+
+  /** Marks a run as touched by a fault, which may cost it a restart. */
+  faulted(runName: string, fault: string): void {
+    for (const s of this.runs.values()) if (s.record.name === runName) s.record.faulted.push(fault);
+  }
+
+  /** The runs whose current pod is running on the node now, by name. */
+  activeRuns(): { run: string; pod: string; uid: string }[] {
+    return [...this.pods.values()].filter((p) => p.agentStartedAt !== undefined && p.terminalAt === undefined && p.deletionRequestedAt === undefined && p.goneAt === undefined).map((p) => ({ run: p.run, pod: p.name, uid: p.uid }));
+  }
+
+  private onPod(type: string, pod: any): void {
+    const uid = pod.metadata.uid as string;
+    const now = Date.now();
+    let record = this.pods.get(uid);
+    if (!record) {
+      const owner = (pod.metadata.ownerReferences ?? []).find((o: any) => o.controller);
+      record = {
+        uid,
+        name: pod.metadata.name,
+        run: pod.metadata.labels?.[LABELS.run] ?? "",
+        runUid: owner?.uid ?? "",
+        attempt: Number(pod.metadata.labels?.[LABELS.attempt] ?? 0),
+        createdAt: ms(pod.metadata.creationTimestamp),
+        seenAt: now,
+      };
+      this.pods.set(uid, record);
+    }
+    if (pod.metadata.deletionTimestamp && record.deletionRequestedAt === undefined) {
+      record.deletionRequestedAt = ms(pod.metadata.deletionTimestamp) - 1000 * Number(pod.metadata.deletionGracePeriodSeconds ?? 0);
+      record.deletionSeenAt = now;
+    }
+    const agent = (pod.status?.containerStatuses ?? []).find((c: any) => c.name === (pod.spec?.containers?.[0]?.name ?? "agent"));
+    const started = agent?.state?.running?.startedAt ?? agent?.state?.terminated?.startedAt;
+    if (started && record.agentStartedAt === undefined) record.agentStartedAt = ms(started);
+    if ((pod.status?.phase === "Succeeded" || pod.status?.phase === "Failed") && record.terminalAt === undefined) record.terminalAt = now;
+    if (type === "DELETED" && record.goneAt === undefined) record.goneAt = now;
+  }
+
+  private onRun(type: string, run: any): void {
+    if (type === "DELETED") return;
+    const uid = run.metadata.uid as string;
+    const status = run.status ?? {};
+    let state = this.runs.get(uid);
+    if (!state) {
+      const watchdog = run.spec?.watchdog ?? {};
+      state = {
+        record: {
+          name: run.metadata.name,
+          uid,
+          behaviour: run.spec?.goal ?? "healthy",
+          heartbeatTimeoutMs: parseDuration(status.watchdog?.heartbeatTimeout ?? watchdog.heartbeatTimeout ?? "5m"),
+          maxRestarts: watchdog.maxRestarts ?? 3,
+          faulted: [],
+          transitionsSeen: [],
+          toolCallsSeen: [],
+        },
+        transitions: new Set(),
+        toolCalls: new Set(),
+      };
+      this.runs.set(uid, state);
+    }
+    const now = Date.now();
+    state.record.final = { phase: status.phase, reason: status.reason, restarts: status.restarts, attempt: status.attempt, lastFailureReason: status.lastFailure?.reason };
+    if (status.phase !== state.phase) {
+      state.phase = status.phase;
+      this.phases.push({ runUid: uid, at: now, phase: status.phase, ...(status.retryAfter ? { retryAfter: ms(status.retryAfter) } : {}) });
+    } else if (status.phase === "Queued" && status.retryAfter) {
+      const last = this.phases.findLast((p) => p.runUid === uid);
+      if (last && last.retryAfter === undefined) last.retryAfter = ms(status.retryAfter);
+    }
+    const hb = status.heartbeat;
+    const accepted = serverWriteTime(run, HEARTBEAT_FIELD);
+    const hbKey = hb ? `${hb.attempt}|${hb.time}|${hb.state}` : undefined;
+    if (hb && typeof hb.attempt === "number" && accepted !== undefined && hbKey !== state.heartbeat) {
+      state.heartbeat = hbKey;
+      this.heartbeats.push({ runUid: uid, attempt: hb.attempt, acceptedAt: accepted });
+    }
+    const failure = status.lastFailure;
+    if (failure && typeof failure.attempt === "number") {
+      const key = `${uid}|${failure.attempt}`;
+      const end = this.attemptEnds.get(key);
+      if (!end) this.attemptEnds.set(key, { runUid: uid, attempt: failure.attempt, reason: failure.reason, ...(status.retryAfter ? { retryAfter: ms(status.retryAfter) } : {}) });
+      else if (end.retryAfter === undefined && status.retryAfter && status.attempt === failure.attempt) end.retryAfter = ms(status.retryAfter);
+    }
+    for (const t of status.transitions ?? []) if (t?.time && t?.phase) state.transitions.add(`${ms(t.time)}|${t.phase}`);
+    for (const c of status.toolCalls ?? []) if (typeof c?.id === "string") state.toolCalls.add(c.id);
+  }
+
+  private onLease(type: string, lease: any): void {
+    const holder = type === "DELETED" ? undefined : (lease.spec?.holderIdentity as string | undefined) || undefined;
+    if (this.leases.at(-1)?.holder !== holder || this.leases.length === 0) this.leases.push({ at: Date.now(), ...(holder ? { holder } : {}) });
+  }
+
+  /** What runs on the node, every 250 ms: a container seen running opens an interval until it is not. */
+  private async sample(): Promise<void> {
+    while (!this.stopped) {
+      const at = Date.now();
+      let running: RunningContainer[] | undefined;
+      try {
+        running = await this.nodeView();
+      } catch {
+        running = undefined; // a container changed under the listing: look again
+      }
+      if (running) {
+        this.samples++;
+        const now = new Set<string>();
+        for (const c of running) {
+          if (c.namespace !== this.namespace) continue;
+          const record = c.podUid ? this.pods.get(c.podUid) : [...this.pods.values()].find((p) => p.name === c.pod);
+          const run = record?.run ?? c.pod.replace(/-\d+(-[a-z0-9]+)?$/, "");
+          const key = c.podUid ?? c.pod;
+          now.add(key);
+          // An interval ends just after its last sample, so that two containers seen in one
+          // sample overlap.
+          const open = this.open.get(key);
+          if (open) open.to = at + 1;
+          else this.open.set(key, { pod: c.pod, run, from: at, to: at + 1 });
+        }
+        for (const [key, interval] of this.open) {
+          if (!now.has(key)) {
+            this.containers.push(interval);
+            this.open.delete(key);
+          }
+        }
+      }
+      await new Promise((resolve) => setTimeout(resolve, Math.max(0, 250 - (Date.now() - at))));
+    }
+  }
+}

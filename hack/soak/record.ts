@@ -1,0 +1,141 @@
+// What the soak's observer records: plain facts with their times, gathered through its own watches
+// and, on the real node, from containerd. Nothing here comes from the operator's metrics or logs.
+// Every time is in ms on this machine's clock, which is the API server's clock too (it runs here);
+// times the API server stamps (creation, deletion, managedFields) have whole seconds.
+
+export interface PodRecord {
+  uid: string;
+  name: string;
+  run: string;
+  runUid: string;
+  attempt: number;
+  /** metadata.creationTimestamp (whole seconds). */
+  createdAt: number;
+  /** When this observer first saw the pod (its watch keeps the server's order of writes). */
+  seenAt: number;
+  /** When the deletion was requested: deletionTimestamp minus its grace (whole seconds). */
+  deletionRequestedAt?: number;
+  /** When this observer first saw the pod's deletionTimestamp. */
+  deletionSeenAt?: number;
+  /** When the agent container started (containerStatuses, whole seconds). */
+  agentStartedAt?: number;
+  /** When this observer first saw the pod in a terminal phase. */
+  terminalAt?: number;
+  /** When this observer saw the pod object go (a DELETED event, or missing from a relist). */
+  goneAt?: number;
+}
+
+/** The times at which a pod had a running container on the node (containerd's or the runner's view). */
+export interface ContainerInterval {
+  pod: string;
+  run: string;
+  from: number;
+  to: number;
+}
+
+/** One heartbeat value of a run, as its status showed it. */
+export interface HeartbeatRecord {
+  runUid: string;
+  attempt: number;
+  /** The API server's acceptance of the write: the managedFields time (whole seconds). */
+  acceptedAt: number;
+}
+
+/** An attempt that ended with a requeue: the retry-after its run recorded for it. */
+export interface AttemptEnd {
+  runUid: string;
+  attempt: number;
+  reason: string;
+  /** status.retryAfter as first seen with this failure (whole seconds, rounded up). */
+  retryAfter?: number;
+}
+
+/** A run's phase as this observer saw it change. */
+export interface PhaseRecord {
+  runUid: string;
+  at: number;
+  phase: string;
+  retryAfter?: number;
+}
+
+export interface RunRecord {
+  name: string;
+  uid: string;
+  behaviour: string;
+  heartbeatTimeoutMs: number;
+  maxRestarts: number;
+  /** Faults that touched this run's sandboxes (a kill from outside, a paused node): each may cost a restart. */
+  faulted: string[];
+  /** Its status when the soak settled (undefined if the run was gone). */
+  final?: { phase?: string; reason?: string; restarts?: number; attempt?: number; lastFailureReason?: string };
+  /** Transition keys (time|phase) its status showed at any time, and tool call ids. */
+  transitionsSeen: string[];
+  toolCallsSeen: string[];
+}
+
+/** What PostgreSQL's ledger holds for a run (keys as in RunRecord), with duplicates kept. */
+export interface LedgerRecord {
+  runUid: string;
+  transitions: string[];
+  toolCalls: string[];
+}
+
+export interface LeaseRecord {
+  at: number;
+  holder?: string;
+}
+
+export type FaultKind =
+  | "leader-sigkill"
+  | "leader-rollout"
+  | "apiserver-restart"
+  | "etcd-restart"
+  | "watch-cut"
+  | "watch-stall"
+  | "node-pause"
+  | "sandbox-kill"
+  | "conflict-storm"
+  | "postgres-stop"
+  | "clock-skew";
+
+export interface FaultRecord {
+  kind: FaultKind;
+  at: number;
+  /** When the fault ended (the node resumed, the server came back), if it lasts. */
+  until?: number;
+  detail: string;
+  /** For leader faults and stalls: the replica's identity (leading, for leader faults). */
+  replica?: string;
+  /** For a stall: whether the stalled replica was leading. */
+  leader?: boolean;
+  /** Whether it could not be applied (e.g. no sandbox to kill), with why. */
+  skipped?: string;
+}
+
+/** An operator process that ended; the soak starts it again, as a Deployment's kubelet would. */
+export interface OperatorExit {
+  replica: string;
+  at: number;
+  code: number | null;
+  signal: string | null;
+  /** Whether the soak signalled it (a SIGKILL or SIGTERM it sent). */
+  bySoak: boolean;
+}
+
+export interface SoakRecord {
+  startedAt: number;
+  endedAt: number;
+  node: "kubelet" | "kwok";
+  pods: PodRecord[];
+  containers: ContainerInterval[];
+  heartbeats: HeartbeatRecord[];
+  attemptEnds: AttemptEnd[];
+  phases: PhaseRecord[];
+  runs: RunRecord[];
+  ledger: LedgerRecord[];
+  /** E-mails in the outbox, by run name. */
+  emails: Record<string, number>;
+  leases: LeaseRecord[];
+  faults: FaultRecord[];
+  operatorExits: OperatorExit[];
+}

@@ -1,0 +1,69 @@
+// The soak's output: a table for people, and one JSON line for machines.
+import type { Findings, Stats } from "./analyse.ts";
+import { INVARIANTS } from "./analyse.ts";
+import type { FaultRecord } from "./record.ts";
+
+const LABELS: Record<(typeof INVARIANTS)[number], string> = {
+  duplicateSandboxes: "duplicate sandboxes (node and API view)",
+  earlyRetries: "early retries",
+  falseKills: "false kills",
+  lostOrStuckRuns: "lost or stuck runs",
+  ledgerGaps: "ledger rows missing or doubled",
+  sideEffects: "side effects not exactly once",
+  operatorCrashes: "operator crashes",
+};
+
+const secs = (ms: number | undefined) => (ms === undefined ? "-" : `${(ms / 1000).toFixed(2)} s`);
+const line = (s: Stats) => (s.count === 0 ? "none" : `n=${s.count} p50 ${secs(s.p50)} p99 ${secs(s.p99)} max ${secs(s.max)}`);
+
+export interface Summary {
+  seed: number;
+  node: string;
+  runs: number;
+  durationMs: number;
+  settled: boolean;
+  faults: FaultRecord[];
+  findings: Findings;
+  samples: number;
+}
+
+export function table(summary: Summary): string {
+  const { findings } = summary;
+  const out: string[] = [];
+  out.push(`soak on ${summary.node}: ${summary.runs} runs, ${secs(summary.durationMs)} of faults, seed ${summary.seed}, ${summary.settled ? "settled" : "did NOT settle"}; ${summary.samples} node samples`);
+  out.push("");
+  out.push("faults");
+  const byKind = new Map<string, FaultRecord[]>();
+  for (const f of summary.faults) byKind.set(f.kind, [...(byKind.get(f.kind) ?? []), f]);
+  for (const [kind, faults] of byKind) {
+    const applied = faults.filter((f) => !f.skipped);
+    out.push(`  ${kind.padEnd(18)} ${String(applied.length).padStart(3)} applied${faults.length > applied.length ? `, ${faults.length - applied.length} skipped` : ""}`);
+  }
+  out.push("");
+  out.push("invariants (each must be 0)");
+  for (const invariant of INVARIANTS) out.push(`  ${LABELS[invariant].padEnd(40)} ${findings.counts[invariant]}`);
+  out.push("");
+  out.push("figures");
+  out.push(`  deadline to deletion request, leader at the deadline     ${line(findings.detection.requestWithLeader)}`);
+  out.push(`  deadline to deletion request, no leader at the deadline  ${line(findings.detection.requestWithoutLeader)}`);
+  out.push(`  deadline to container gone                              ${line(findings.detection.containerGone)}`);
+  out.push(`  failover after a SIGKILL of the leader                  ${line(findings.failover.hard)}`);
+  out.push(`  failover after a graceful rollout of the leader         ${line(findings.failover.graceful)}`);
+  if (findings.violations.length) {
+    out.push("");
+    out.push("violations");
+    for (const v of findings.violations) out.push(`  ${v.invariant}${v.run ? ` ${v.run}` : ""}${v.at ? ` at ${new Date(v.at).toISOString()}` : ""}: ${v.what}`);
+  }
+  return out.join("\n");
+}
+
+export function jsonLine(summary: Summary): string {
+  const { findings } = summary;
+  return JSON.stringify({
+    soak: { node: summary.node, runs: summary.runs, durationMs: summary.durationMs, seed: summary.seed, settled: summary.settled },
+    faults: Object.fromEntries([...new Set(summary.faults.map((f) => f.kind))].map((k) => [k, summary.faults.filter((f) => f.kind === k && !f.skipped).length])),
+    violations: findings.counts,
+    detection: findings.detection,
+    failover: findings.failover,
+  });
+}

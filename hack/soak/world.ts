@@ -1,0 +1,215 @@
+// Where the soak runs: the real node (sandboxes in real pods of the project image) or the kwok
+// node (the local sandbox runner plays the kubelet, running the example agent as processes). In
+// both, two operator replicas run as local processes with leader election, each reaching the API
+// server through a TCP proxy of its own that the soak can cut or stall.
+import { spawn, type ChildProcess } from "node:child_process";
+import { closeSync, mkdirSync, openSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { pino } from "pino";
+import { Outbox, serveOutbox } from "../../operator/example-agent/outbox.ts";
+import type { KubeClient } from "../../operator/kube/client.ts";
+import { RESTRICTED_NAMESPACE, applyCrds, clientFor, exported, freshNamespace, pollUntil, runScript, scriptOk } from "../demo/cluster.ts";
+import { nodeExpose, realNodeStateRoot, realNodeUp } from "../demo/real-node.ts";
+import { EXAMPLE_ENV } from "../demo/scenario.ts";
+import { freePort } from "../lib/free-port.ts";
+import { startApiProxy, type TcpProxy } from "../lib/tcp-proxy.ts";
+import { SandboxRunner, stateRoot } from "../sandbox-runner.ts";
+import { ContainerdView } from "./node-view.ts";
+import type { NodeView } from "./observer.ts";
+import type { OperatorExit } from "./record.ts";
+
+const root = fileURLToPath(new URL("../..", import.meta.url));
+
+export const LEASE_NAME = "agent-watchdog-soak";
+
+export interface Replica {
+  name: string;
+  /** The identity it holds the Lease under (new on every start). */
+  identity: string;
+  child: ChildProcess;
+  proxy: TcpProxy;
+  metricsUrl: string;
+  /** Set when the soak signalled it, so that its exit is not counted as a crash. */
+  signalledBySoak: boolean;
+}
+
+export interface SoakWorld {
+  node: "kubelet" | "kwok";
+  /** AGENT_WATCHDOG_STATE of the cluster, for control-plane.sh. */
+  state: string;
+  kubeconfig: string;
+  client: KubeClient;
+  namespace: string;
+  databaseUrl: string;
+  outboxDir: string;
+  /** The sandbox container's image and environment. */
+  image: string;
+  sandboxEnv: Record<string, string>;
+  nodeView: NodeView;
+  /** Pids of sandbox processes (the agent containers' or the runner's), by pod name. */
+  sandboxPids(): Promise<Map<string, number>>;
+  replicas: Map<string, Replica>;
+  operatorExits: OperatorExit[];
+  startReplica(name: string): Promise<Replica>;
+  teardown(): Promise<void>;
+}
+
+export interface WorldOptions {
+  node: "kubelet" | "kwok";
+  namespace: string;
+  dir: string;
+  log: (line: string) => void;
+}
+
+async function postgresUp(): Promise<string> {
+  const url = exported(await scriptOk("postgres.sh", ["up"]), "DATABASE_URL");
+  if (!url) throw new Error("hack/postgres.sh up printed no DATABASE_URL");
+  return url;
+}
+
+/** Builds what the soak needs and starts the two operator replicas. */
+export async function soakWorld(options: WorldOptions): Promise<SoakWorld> {
+  const { namespace, dir, log } = options;
+  mkdirSync(dir, { recursive: true });
+  const cleanups: (() => Promise<unknown>)[] = [];
+  let state: string;
+  let kubeconfig: string;
+  let image = "agent-watchdog:0.1.0";
+  let nodeView: NodeView;
+  let sandboxPids: SoakWorld["sandboxPids"];
+  const outboxDir = join(dir, "outbox");
+  const sandboxEnv: Record<string, string> = { ...EXAMPLE_ENV, EXAMPLE_STEPS: "8", EXAMPLE_STEP_DELAY_MS: "2000" };
+  if (options.node === "kubelet") {
+    log("the real node (kubelet, containerd, runc) and the project image");
+    const node = await realNodeUp(realNodeStateRoot());
+    state = node.state;
+    kubeconfig = node.kubeconfig;
+    image = node.image;
+    const containerd = new ContainerdView(join(state, "control-plane/node/containerd/containerd.sock"));
+    nodeView = () => containerd.running();
+    sandboxPids = async () => new Map((await containerd.running()).filter((c) => c.namespace === namespace).map((c) => [c.pod, c.pid]));
+  } else {
+    log("the control plane with a kwok node");
+    state = stateRoot();
+    const up = await runScript("control-plane.sh", ["up", "--nodes"], { quiet: true });
+    if (up.code !== 0) throw new Error("hack/control-plane.sh up --nodes failed");
+    kubeconfig = exported(up.stdout, "KUBECONFIG") ?? "";
+    const logDir = join(dir, "sandboxes");
+    mkdirSync(logDir, { recursive: true });
+    const runner = new SandboxRunner({
+      kubeconfig,
+      namespaces: [namespace],
+      env: { ...sandboxEnv, EXAMPLE_OUTBOX_DIR: outboxDir },
+      logDir,
+      log: pino({ name: "sandbox-runner", level: "info" }, pino.destination({ dest: join(dir, "runner.log"), sync: false })),
+    });
+    nodeView = async () => runner.running().map((p) => ({ pod: p.pod, namespace: p.namespace }));
+    sandboxPids = async () => new Map(runner.running().filter((p) => p.namespace === namespace).map((p) => [p.pod, p.pid]));
+    cleanups.push(() => runner.stop());
+    await runner.start();
+  }
+  const client = clientFor(kubeconfig);
+  await applyCrds(client);
+  log("PostgreSQL for the ledger");
+  const databaseUrl = await postgresUp();
+  log(`namespace ${namespace}`);
+  await freshNamespace(client, namespace, undefined, options.node === "kubelet" ? RESTRICTED_NAMESPACE : {});
+
+  if (options.node === "kubelet") {
+    // The e-mail service is a server of this machine, which the pods reach through the node.
+    const port = await freePort();
+    const server = await serveOutbox(new Outbox(outboxDir), "127.0.0.1", port);
+    cleanups.push(() => new Promise((resolve) => server.close(resolve)));
+    const host = await nodeExpose(state, port);
+    sandboxEnv.EXAMPLE_OUTBOX_URL = `http://${host}:${port}`;
+  }
+
+  const replicas = new Map<string, Replica>();
+  let tearingDown = false;
+  const operatorExits: OperatorExit[] = [];
+  let generation = 0;
+  const startReplica = async (name: string): Promise<Replica> => {
+    const proxy = await startApiProxy(kubeconfig);
+    const metricsPort = await freePort();
+    const healthPort = await freePort();
+    const identity = `soak-${name}-${++generation}`;
+    const logFile = join(dir, `operator-${name}.log`);
+    const fd = openSync(logFile, "a");
+    const env: NodeJS.ProcessEnv = { ...process.env, KUBECONFIG: proxy.kubeconfig, POD_NAME: identity };
+    delete env.DATABASE_URL;
+    const child = spawn(
+      process.execPath,
+      [
+        join(root, "operator/cli/operator.ts"),
+        `--namespaces=${namespace}`,
+        `--database-url=${databaseUrl}`,
+        "--leader-elect",
+        `--leader-election-namespace=${namespace}`,
+        `--leader-election-id=${LEASE_NAME}`,
+        `--metrics-bind-address=127.0.0.1:${metricsPort}`,
+        `--health-probe-bind-address=127.0.0.1:${healthPort}`,
+        ...(options.node === "kubelet" ? ["--sandbox-service-account=run"] : []),
+        "--log-level=info",
+      ],
+      { env, stdio: ["ignore", fd, fd], detached: true },
+    );
+    closeSync(fd);
+    const replica: Replica = { name, identity, child, proxy, metricsUrl: `http://127.0.0.1:${metricsPort}/metrics`, signalledBySoak: false };
+    replicas.set(name, replica);
+    child.once("exit", (code, signal) => {
+      operatorExits.push({ replica: identity, at: Date.now(), code, signal, bySoak: replica.signalledBySoak });
+      void proxy.close();
+      // A replica that ended by itself is started again a second later, as the kubelet restarts
+      // a Deployment's container; one the soak signalled is the soak's to start.
+      if (!replica.signalledBySoak && !tearingDown) {
+        setTimeout(() => void startReplica(name).catch((err: unknown) => log(`restarting replica ${name} failed: ${String(err)}`)), 1000);
+      }
+    });
+    await pollUntil(`operator replica ${name} to be live`, 60_000, async () => {
+      if (child.exitCode !== null) throw new Error(`operator replica ${name} exited with ${child.exitCode}; see ${logFile}:\n${readFileSync(logFile, "utf8").slice(-2000)}`);
+      const res = await fetch(`http://127.0.0.1:${healthPort}/healthz`).catch(() => undefined);
+      return res?.ok === true;
+    });
+    return replica;
+  };
+  log("two operator replicas, each behind a TCP proxy");
+  await startReplica("a");
+  await startReplica("b");
+
+  return {
+    node: options.node,
+    state,
+    kubeconfig,
+    client,
+    namespace,
+    databaseUrl,
+    outboxDir,
+    image,
+    sandboxEnv,
+    nodeView,
+    sandboxPids,
+    replicas,
+    operatorExits,
+    startReplica,
+    async teardown() {
+      tearingDown = true;
+      for (const replica of replicas.values()) {
+        replica.signalledBySoak = true;
+        if (replica.child.exitCode === null && replica.child.signalCode === null) {
+          const exited = new Promise((resolve) => replica.child.once("exit", resolve));
+          replica.child.kill("SIGTERM");
+          const timer = setTimeout(() => replica.child.kill("SIGKILL"), 10_000);
+          await exited;
+          clearTimeout(timer);
+        }
+      }
+      for (const cleanup of cleanups.reverse()) await cleanup().catch(() => undefined);
+      try {
+        await client.delete(`/api/v1/namespaces/${namespace}`);
+      } catch {
+        // gone already, or the cluster is
+      }
+    },
+  };
+}

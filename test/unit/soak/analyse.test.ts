@@ -1,0 +1,71 @@
+// The soak's observer must be trusted to find what breaks: its analysis is checked here on made-up
+// records, with one violation of each kind (the soak's own --self-test) and with look-alikes that
+// must not count.
+import { describe, expect, it } from "vitest";
+import { analyse, endStateProblem, INVARIANTS } from "../../../hack/soak/analyse.ts";
+import { schedule, random } from "../../../hack/soak/faults.ts";
+import type { SoakRecord } from "../../../hack/soak/record.ts";
+import { selfTest, selfTestRecord } from "../../../hack/soak/self-test.ts";
+
+const S = 1000;
+
+describe("soak analysis", () => {
+  it("counts each injected violation exactly once (the --self-test record)", () => {
+    const result = selfTest();
+    expect(result.counts).toEqual(Object.fromEntries(INVARIANTS.map((i) => [i, 1])));
+    expect(result.ok).toBe(true);
+  });
+
+  it("counts nothing once the injected violations are taken out", () => {
+    const record: SoakRecord = selfTestRecord();
+    record.containers = record.containers.filter((c) => c.pod !== "dup-2");
+    record.pods = record.pods.filter((p) => p.name !== "early-2" && p.name !== "falsekill-1");
+    record.phases = record.phases.filter((p) => p.runUid !== "uid-stuck");
+    record.runs.find((r) => r.name === "ledger")!.transitionsSeen.pop();
+    record.emails.email = 1;
+    record.operatorExits = record.operatorExits.filter((e) => e.bySoak);
+    expect(analyse(record).violations).toEqual([]);
+  });
+
+  it("takes two containers seen in the same sample as running at once", () => {
+    const record = selfTestRecord();
+    const dup1 = record.containers.find((c) => c.pod === "dup-1")!;
+    const dup2 = record.containers.find((c) => c.pod === "dup-2")!;
+    dup2.from = dup1.to - 1; // seen together in dup-1's last sample
+    expect(analyse(record).counts.duplicateSandboxes).toBe(1);
+    dup2.from = dup1.to; // the next sample
+    expect(analyse(record).counts.duplicateSandboxes).toBe(0);
+  });
+
+  it("does not call a kill at the deadline false, within the server's one-second resolution", () => {
+    const record = selfTestRecord();
+    const pod = record.pods.find((p) => p.name === "falsekill-1")!;
+    pod.deletionRequestedAt = record.heartbeats.find((h) => h.runUid === "uid-falsekill")!.acceptedAt + 29 * S;
+    expect(analyse(record).counts.falseKills).toBe(0);
+    pod.deletionRequestedAt -= 1;
+    expect(analyse(record).counts.falseKills).toBe(1);
+  });
+
+  it("does not count a retry's wait while no replica leads, and counts it once one does", () => {
+    const record = selfTestRecord();
+    const stuck = record.phases.find((p) => p.runUid === "uid-stuck" && p.phase === "Queued")!;
+    record.faults.push({ kind: "leader-sigkill", at: stuck.retryAfter!, detail: "", replica: "replica-b" });
+    record.leases.push({ at: stuck.retryAfter! + 30 * S, holder: "replica-c" });
+    expect(analyse(record).counts.lostOrStuckRuns).toBe(0);
+  });
+
+  it("finds a lost run, and allows a faulted run the restarts its faults cost", () => {
+    const run = { name: "x", uid: "u", behaviour: "healthy", heartbeatTimeoutMs: 30 * S, maxRestarts: 2, faulted: [] as string[], transitionsSeen: [], toolCallsSeen: [] };
+    expect(endStateProblem(run)).toBe("the run is gone");
+    expect(endStateProblem({ ...run, final: { phase: "Completed", restarts: 1, attempt: 2 } })).toContain("expected Completed with 0 restarts");
+    expect(endStateProblem({ ...run, faulted: ["node-pause"], final: { phase: "Completed", restarts: 1, attempt: 2 } })).toBeUndefined();
+    expect(endStateProblem({ ...run, behaviour: "tool-loop", final: { phase: "NeedsHumanIntervention", reason: "ToolLoop" } })).toBeUndefined();
+  });
+
+  it("schedules every fault kind within five minutes on the real node, and the same faults for the same seed", () => {
+    const kinds = new Set(schedule(300 * S, "kubelet", random(1)).map((f) => f.kind));
+    expect([...kinds].sort()).toEqual(["apiserver-restart", "conflict-storm", "etcd-restart", "leader-rollout", "leader-sigkill", "node-pause", "postgres-stop", "sandbox-kill", "watch-cut", "watch-stall"]);
+    expect(schedule(1800 * S, "kwok", random(7))).toEqual(schedule(1800 * S, "kwok", random(7)));
+    expect(schedule(1800 * S, "kwok", random(7)).some((f) => f.kind === "node-pause")).toBe(false);
+  });
+});

@@ -7,7 +7,7 @@
 // The parts: world.ts (the cluster and two operator replicas behind TCP proxies), faults.ts (what
 // breaks and when), observer.ts (what happened), analyse.ts (what it means), report.ts (the table
 // and the JSON line), self-test.ts (a record with one violation of each kind).
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { Client } from "pg";
@@ -39,6 +39,7 @@ const USAGE = `usage: npm run soak -- [--runs 60] [--duration 5m] [--node kubele
   --namespace NAME  where the runs go (default agent-watchdog-soak); it is recreated
   --self-test       analyse a made-up record with one violation of each kind; exit 0 only when
                     each is counted exactly once
+  --record FILE     analyse again the record.json an earlier soak left in its directory
 
 Faults: SIGKILL of the leading replica every 30 s (a graceful rollout every fourth time),
 operator connections cut every 45 s, an agent process killed every 40 s; every five minutes a
@@ -146,6 +147,7 @@ async function main(argv: string[]): Promise<number> {
       seed: { type: "string" },
       settle: { type: "string" },
       namespace: { type: "string" },
+      record: { type: "string" },
       "self-test": { type: "boolean" },
       help: { type: "boolean", short: "h" },
     },
@@ -159,6 +161,14 @@ async function main(argv: string[]): Promise<number> {
     for (const [invariant, n] of Object.entries(result.counts)) process.stdout.write(`  ${invariant.padEnd(20)} injected 1, counted ${n}${n === 1 ? "" : "  <-- wrong"}\n`);
     process.stdout.write(result.ok ? "self-test passed: each injected violation was counted exactly once\n" : "self-test FAILED\n");
     return result.ok ? 0 : 1;
+  }
+  if (values.record) {
+    // A saved record (record.json of an earlier soak), analysed again.
+    const saved = JSON.parse(readFileSync(values.record, "utf8")) as SoakRecord;
+    const findings = analyse(saved);
+    const summary = { seed: saved.seed ?? Number(values.seed ?? NaN), node: saved.node, runs: saved.runs.length, durationMs: Number(values.duration ? parseDuration(values.duration) : saved.endedAt - saved.startedAt), settled: saved.runs.every((r) => FINAL_PHASES.has(r.final?.phase ?? "")), faults: saved.faults, findings, samples: 0 };
+    process.stdout.write(`${table(summary)}\n${jsonLine(summary)}\n`);
+    return findings.violations.length === 0 ? 0 : 1;
   }
   const runs = Number(values.runs ?? 60);
   const durationMs = parseDuration(values.duration ?? "5m");
@@ -180,6 +190,13 @@ async function main(argv: string[]): Promise<number> {
   const faults: FaultRecord[] = [];
   let settled = false;
   let record: SoakRecord | undefined;
+  // The log of every sandbox that failed, for whoever looks into an unexpected restart.
+  observer.onFailedPod = (pod) => {
+    void world.client
+      .request<string>("GET", `${paths.pod(namespace, pod)}/log`, { text: true })
+      .then((text) => writeFileSync(join(dir, `failed-${pod}.log`), text))
+      .catch(() => undefined);
+  };
   try {
     observer.start();
     const startedAt = Date.now();
@@ -247,6 +264,7 @@ async function main(argv: string[]): Promise<number> {
       await sleep(1000);
     }
     record = {
+      seed,
       startedAt,
       endedAt: Date.now(),
       node,

@@ -167,7 +167,8 @@ function lostOrStuck(record: SoakRecord, noLeader: Interval[]): Violation[] {
   const out: Violation[] = [];
   for (const run of record.runs) {
     const problem = endStateProblem(run);
-    if (problem) out.push({ invariant: "lostOrStuckRuns", run: run.name, at: record.endedAt, what: `ended ${problem}` });
+    // Judged at the end, so tied to no fault's time.
+    if (problem) out.push({ invariant: "lostOrStuckRuns", run: run.name, what: `ended ${problem}` });
   }
   // Queued past retry-after with no pod at all, counted only while a replica leads.
   const step = 250;

@@ -120,6 +120,8 @@ export class Observer {
   private readonly namespace: string;
   private readonly lease: { namespace: string; name: string };
   private readonly nodeView: NodeView;
+  /** Told of each pod seen Failed, once (the soak keeps its log for whoever looks into it). */
+  onFailedPod?: (pod: string) => void;
 
   constructor(client: KubeClient, namespace: string, lease: { namespace: string; name: string }, nodeView: NodeView) {
     this.client = client;
@@ -186,7 +188,10 @@ export class Observer {
     const agent = (pod.status?.containerStatuses ?? []).find((c: any) => c.name === (pod.spec?.containers?.[0]?.name ?? "agent"));
     const started = agent?.state?.running?.startedAt ?? agent?.state?.terminated?.startedAt;
     if (started && record.agentStartedAt === undefined) record.agentStartedAt = ms(started);
-    if ((pod.status?.phase === "Succeeded" || pod.status?.phase === "Failed") && record.terminalAt === undefined) record.terminalAt = now;
+    if ((pod.status?.phase === "Succeeded" || pod.status?.phase === "Failed") && record.terminalAt === undefined) {
+      record.terminalAt = now;
+      if (pod.status.phase === "Failed") this.onFailedPod?.(record.name);
+    }
     if (type === "DELETED" && record.goneAt === undefined) record.goneAt = now;
   }
 

@@ -123,6 +123,8 @@ export interface OperatorExit {
 }
 
 export interface SoakRecord {
+  /** The seed of the schedule, to play it again. */
+  seed?: number;
   startedAt: number;
   endedAt: number;
   node: "kubelet" | "kwok";

@@ -13,6 +13,9 @@ const LABELS: Record<(typeof INVARIANTS)[number], string> = {
   operatorCrashes: "operator crashes",
 };
 
+/** A violation this soon after a fault (or after it ended) is listed beside it. */
+const AFTER_FAULT_MS = 60_000;
+
 const secs = (ms: number | undefined) => (ms === undefined ? "-" : `${(ms / 1000).toFixed(2)} s`);
 const line = (s: Stats) => (s.count === 0 ? "none" : `n=${s.count} p50 ${secs(s.p50)} p99 ${secs(s.p99)} max ${secs(s.max)}`);
 
@@ -30,14 +33,16 @@ export interface Summary {
 export function table(summary: Summary): string {
   const { findings } = summary;
   const out: string[] = [];
-  out.push(`soak on ${summary.node}: ${summary.runs} runs, ${secs(summary.durationMs)} of faults, seed ${summary.seed}, ${summary.settled ? "settled" : "did NOT settle"}; ${summary.samples} node samples`);
+  out.push(`soak on ${summary.node}: ${summary.runs} runs, ${secs(summary.durationMs)} of faults, seed ${Number.isNaN(summary.seed) ? "unknown" : summary.seed}, ${summary.settled ? "settled" : "did NOT settle"}; ${summary.samples} node samples`);
   out.push("");
   out.push("faults");
   const byKind = new Map<string, FaultRecord[]>();
   for (const f of summary.faults) byKind.set(f.kind, [...(byKind.get(f.kind) ?? []), f]);
+  out.push(`  ${"".padEnd(18)} applied  skipped  violations within ${AFTER_FAULT_MS / 1000} s after`);
   for (const [kind, faults] of byKind) {
     const applied = faults.filter((f) => !f.skipped);
-    out.push(`  ${kind.padEnd(18)} ${String(applied.length).padStart(3)} applied${faults.length > applied.length ? `, ${faults.length - applied.length} skipped` : ""}`);
+    const near = findings.violations.filter((v) => v.at !== undefined && applied.some((f) => (v.at as number) >= f.at && (v.at as number) <= (f.until ?? f.at) + AFTER_FAULT_MS)).length;
+    out.push(`  ${kind.padEnd(18)} ${String(applied.length).padStart(7)}  ${String(faults.length - applied.length).padStart(7)}  ${String(near).padStart(10)}`);
   }
   out.push("");
   out.push("invariants (each must be 0)");

@@ -218,8 +218,14 @@ export class Controller {
     // (the server's record of it, in managedFields, is what survives a restart).
     const hb = heartbeatKey(run);
     if (event === "update" && hb !== undefined && hb !== heartbeatKey(previous)) this.heartbeatsSeen.set(key, { key: hb, at: Date.now() });
-    // Each event is looked at, so that a current heartbeat replaced by a late write of an earlier
-    // attempt before the next reconcile is still remembered.
+    // Each event that changes the heartbeat or the attempt is looked at, so that a current
+    // heartbeat replaced by a late write of an earlier attempt before the next reconcile is still
+    // remembered. Other events (the operator's own writes, mostly) cannot change what is believed.
+    const attemptOf = (r: Json | undefined) => (r?.status as { attempt?: unknown } | undefined)?.attempt;
+    if (event === "update" && hb === heartbeatKey(previous) && attemptOf(run) === attemptOf(previous)) {
+      this.queue.add(key);
+      return;
+    }
     const seen = this.heartbeatsSeen.get(key);
     const facts = livenessFacts(run, seen && seen.key === hb ? seen.at : undefined);
     const memory = facts ? believe(facts, this.liveness.get(key)).memory : undefined;

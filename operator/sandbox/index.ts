@@ -1,26 +1,20 @@
-// The sandbox SDK: the API agent code running in a sandbox pod uses to report to its AgentRun.
+// The sandbox SDK, @agent-watchdog/sandbox: the API agent code running in a sandbox pod uses to
+// report to its AgentRun.
 //
-//   import { runAgent } from "agent-watchdog/operator/sandbox/index.ts";
+//   import { runAgent } from "@agent-watchdog/sandbox";
 //   await runAgent(async (sandbox) => {
 //     const found = await sandbox.tool("search", { q: "..." }, search, { idempotent: true });
 //     await sandbox.saveCheckpoint(1, { found });
 //     await sandbox.say("Done.");
 //   });
 //
-// See sandbox.ts for the protocol: heartbeats, tool-call records, checkpoints, nudges, approvals
-// and fencing.
+// See sandbox.ts for where each part of the protocol lives: heartbeats, tool-call records,
+// checkpoints, nudges, approvals and fencing. The package imports nothing of the operator but
+// the API's schemas and names (operator/api/).
 export { runAgent, type RunAgentOptions } from "./runner.ts";
-export {
-  Sandbox,
-  type ArgsSchema,
-  type SandboxOptions,
-  type SandboxStats,
-  type StreamHandle,
-  type ToolContext,
-  type ToolOptions,
-  type ToolOutcome,
-  type TranscriptEntry,
-} from "./sandbox.ts";
+export { Sandbox, type SandboxOptions, type SandboxStats, type StreamHandle } from "./sandbox.ts";
+export type { ArgsSchema, ToolContext, ToolOptions, ToolOutcome } from "./tool-runner.ts";
+export type { TranscriptEntry } from "./transcript.ts";
 export {
   ApprovalDeniedError,
   EXIT_CODES,
@@ -34,3 +28,5 @@ export {
 } from "./errors.ts";
 export { argsHash, canonicalJson, idempotencyKey } from "./keys.ts";
 export type { ApprovalOutcome, Nudge, SandboxIdentity } from "./protocol.ts";
+export { ApiClient, ApiError, type Json, type SandboxApi } from "./api-client.ts";
+export type { SandboxLogger } from "./log.ts";

@@ -1,6 +1,6 @@
 // The sandbox side of the AgentRun protocol as pure functions: when to heartbeat, what a replayed
 // tool call does, which nudge is new, when this sandbox must fence itself, how an approval
-// request is recognised across attempts. The Sandbox class only does I/O around these.
+// request is recognised across attempts. The modules around them only do I/O.
 import type { ApprovalStatus, Checkpoint, StallStatus, ToolCall } from "../api/agentrun.ts";
 import { SANDBOX_ENV } from "../api/annotations.ts";
 import { BUILTIN_DEFAULTS } from "../api/defaults.ts";

@@ -7,8 +7,8 @@
 // changed for a long time, and after the API server rebuilds its watch cache (a CRD update does
 // that) a watch from such an old version is refused as too old, again and again, until the object
 // next changes. The list's version is always current.
-import type { Logger } from "pino";
-import { paths, type Json, type KubeClient } from "../kube/client.ts";
+import { runPaths, type Json, type SandboxApi } from "./api-client.ts";
+import type { SandboxLogger } from "./log.ts";
 
 export interface RunWatchHandlers {
   onRun(run: Json): void;
@@ -23,11 +23,11 @@ const SERVER_TIMEOUT_SECONDS = 300;
 const INACTIVITY_TIMEOUT_MS = (SERVER_TIMEOUT_SECONDS + 30) * 1000;
 
 export class RunWatch {
-  private readonly client: KubeClient;
+  private readonly client: SandboxApi;
   private readonly namespace: string;
   private readonly name: string;
   private readonly handlers: RunWatchHandlers;
-  private readonly log: Logger;
+  private readonly log: SandboxLogger;
   private abort?: AbortController;
   private timer?: ReturnType<typeof setTimeout>;
   private backoffMs = MIN_BACKOFF_MS;
@@ -35,7 +35,7 @@ export class RunWatch {
   /** How many times the watch was re-established. */
   restarts = 0;
 
-  constructor(client: KubeClient, namespace: string, name: string, handlers: RunWatchHandlers, log: Logger) {
+  constructor(client: SandboxApi, namespace: string, name: string, handlers: RunWatchHandlers, log: SandboxLogger) {
     this.client = client;
     this.namespace = namespace;
     this.name = name;
@@ -58,7 +58,7 @@ export class RunWatch {
     const fieldSelector = `metadata.name=${this.name}`;
     let list: { metadata?: { resourceVersion?: string }; items?: Json[] };
     try {
-      list = await this.client.get(paths.runs(this.namespace), { fieldSelector });
+      list = await this.client.get(runPaths.runs(this.namespace), { fieldSelector });
     } catch (err) {
       this.ended(err);
       return;
@@ -78,7 +78,7 @@ export class RunWatch {
     };
     try {
       const abort = await this.client.watch(
-        paths.runs(this.namespace),
+        runPaths.runs(this.namespace),
         query,
         (type, object) => this.onEvent(type, object),
         (err) => this.ended(err),

@@ -1,7 +1,7 @@
 // An in-memory stand-in for the API server, for unit tests of the sandbox's I/O shell: one
 // AgentRun, merge patches applied as the server applies them, a watch that sees every change, and
 // hooks to hold or fail writes. Integration tests use the real API server.
-import type { ApiError, Json, KubeClient } from "../../../operator/kube/client.ts";
+import type { ApiError, Json, SandboxApi } from "../../../operator/sandbox/api-client.ts";
 import { applyMergePatch } from "../../../operator/watchdog/merge-patch.ts";
 
 type Listener = (type: string, object: Json) => void;
@@ -46,8 +46,8 @@ export class FakeApi {
     return copy;
   }
 
-  client(): KubeClient {
-    const api: Partial<KubeClient> = {
+  client(): SandboxApi {
+    const api: Partial<SandboxApi> = {
       get: async <T>(path: string) => {
         const failure = this.readFailures.shift();
         if (failure) throw failure;
@@ -72,6 +72,6 @@ export class FakeApi {
         return abort;
       },
     };
-    return api as KubeClient;
+    return api as SandboxApi;
   }
 }

@@ -1,7 +1,7 @@
 // The watch of the sandbox's own run, against a scripted client: it lists, watches from the
 // list's version, and reconnects whenever the watch ends, without spinning on errors.
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import type { Json, KubeClient } from "../../../operator/kube/client.ts";
+import type { Json, SandboxApi } from "../../../operator/sandbox/api-client.ts";
 import { createLogger } from "../../../operator/log.ts";
 import { RunWatch } from "../../../operator/sandbox/run-watch.ts";
 
@@ -16,7 +16,7 @@ class ScriptedClient {
   listVersion = 100;
   items: Json[] = [{ metadata: { name: "r", resourceVersion: "7" }, status: { attempt: 1 } }];
   readonly connections: Connection[] = [];
-  client(): KubeClient {
+  client(): SandboxApi {
     return {
       get: async (path: string, query?: Record<string, unknown>) => {
         expect(path).toBe("/apis/watchdog.dev/v1alpha1/namespaces/ns/agentruns");
@@ -28,7 +28,7 @@ class ScriptedClient {
         this.connections.push({ query, onEvent, onDone });
         return new AbortController();
       },
-    } as unknown as KubeClient;
+    } as unknown as SandboxApi;
   }
 }
 

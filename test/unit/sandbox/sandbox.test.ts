@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { z } from "zod";
-import { ApiError } from "../../../operator/kube/client.ts";
+import { ApiError } from "../../../operator/sandbox/api-client.ts";
 import { createLogger } from "../../../operator/log.ts";
 import { EXIT_CODES, FencedError, UnconfirmedSideEffectError } from "../../../operator/sandbox/errors.ts";
 import { argsHash, idempotencyKey } from "../../../operator/sandbox/keys.ts";

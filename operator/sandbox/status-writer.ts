@@ -1,0 +1,221 @@
+// Everything the sandbox reports is a JSON merge patch on its own run's status subresource naming
+// only sandbox-owned fields (heartbeat, toolCalls, checkpoint). Writes go out one at a time, each
+// carrying the newest state, so a slow write can never land after a newer one and undo it (merge
+// patch replaces arrays whole: toolCalls is always the full list the sandbox holds). Every write
+// carries the heartbeat with this sandbox's attempt, so every write is a sign of life and
+// admission can fence stale attempts by looking at one field.
+import type { Activity, Checkpoint, SandboxState, ToolCall } from "../api/agentrun.ts";
+import { NOT_CURRENT_SANDBOX, SANDBOX_FIELD_MANAGER } from "../api/annotations.ts";
+import { RETRY, apiErrorCode, isNotFound, isTransient, type SandboxApi } from "./api-client.ts";
+import { FencedError } from "./errors.ts";
+import type { SandboxLogger } from "./log.ts";
+
+/** How long after start a refusal for not being the run's current pod is taken as "not yet". */
+const FENCING_GRACE_MS = 30_000;
+const noop = () => {};
+
+export interface StatusWriterOptions {
+  client: SandboxApi;
+  /** The run's status subresource. */
+  path: string;
+  attempt: number;
+  clock: () => number;
+  log: SandboxLogger;
+  startedAt: number;
+  /** The run is gone (a write found no object): the sandbox must stop. */
+  onGone: () => void;
+}
+
+interface Waiter {
+  version: number;
+  resolve(): void;
+  reject(err: unknown): void;
+}
+
+export class StatusWriter {
+  /** Status writes acknowledged by the API server, and of those, the heartbeat-only ones. */
+  readonly counts = { writes: 0, heartbeatWrites: 0, failedWrites: 0 };
+  private readonly o: StatusWriterOptions;
+
+  // what the next write reports, and what of it changed since the last one
+  private toolCalls: ToolCall[] = [];
+  private checkpoint: Checkpoint | undefined;
+  private dirtyToolCalls = false;
+  private dirtyCheckpoint = false;
+  /** Activity to send; null (the first write) clears what an earlier attempt left behind. */
+  private activity: Activity | null | undefined = null;
+  private state: SandboxState = "Planning";
+  private sentState: SandboxState | undefined;
+  private heartbeatRequested = false;
+
+  // the queue: a version per change, resolved once a write that includes it is acknowledged
+  private version = 0;
+  private waiters: Waiter[] = [];
+  private inFlight = false;
+  private retryTimer: ReturnType<typeof setTimeout> | undefined;
+  private retryMs: number = RETRY.firstMs;
+  private fencedBy: string | undefined;
+  private lastAckAt = 0;
+
+  constructor(options: StatusWriterOptions) {
+    this.o = options;
+  }
+
+  /** When the last write of any kind was acknowledged: every write carries a heartbeat. */
+  get lastWriteAt(): number {
+    return this.lastAckAt;
+  }
+
+  /** The full list of tool records, which replaces the list in status. */
+  setToolCalls(calls: ToolCall[]): void {
+    this.toolCalls = calls;
+    this.dirtyToolCalls = true;
+  }
+
+  setCheckpoint(checkpoint: Checkpoint): void {
+    this.checkpoint = checkpoint;
+    this.dirtyCheckpoint = true;
+  }
+
+  setActivity(activity: Activity): void {
+    this.activity = activity;
+  }
+
+  /** A new state goes out with the next write; it is not a reason to write on its own. */
+  setState(state: SandboxState): void {
+    this.state = state;
+  }
+
+  /** Resolves once everything changed so far is acknowledged by the API server. */
+  write(): Promise<void> {
+    if (this.fencedBy) return Promise.reject(new FencedError(this.fencedBy));
+    const version = ++this.version;
+    const promise = new Promise<void>((resolve, reject) => this.waiters.push({ version, resolve, reject }));
+    if (!this.inFlight && !this.retryTimer) void this.flush();
+    return promise;
+  }
+
+  /** A heartbeat-only write, unless a write is under way: that one carries the heartbeat. */
+  beat(): void {
+    if (this.inFlight || this.hasPending()) return;
+    this.heartbeatRequested = true;
+    this.write().catch(noop); // a failed heartbeat is retried; the next beat tries again anyway
+  }
+
+  /** Sends what is pending at once (no retry backoff) and waits for it, at most `deadlineMs`. */
+  async drain(deadlineMs: number): Promise<void> {
+    this.cancelRetry();
+    if (!this.hasPending() && !this.inFlight) return;
+    const pending = this.write().catch(noop);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const deadline = new Promise<void>((resolve) => (timer = setTimeout(resolve, deadlineMs)));
+    await Promise.race([pending, deadline]);
+    if (timer) clearTimeout(timer);
+  }
+
+  /** Nothing more is written: this sandbox no longer speaks for the run. Whoever waits learns why. */
+  fence(reason: string, err: unknown): void {
+    this.fencedBy = reason;
+    this.cancelRetry();
+    this.rejectWaiters(err);
+  }
+
+  /** Drops the retry and fails whoever waits, as a crash would. */
+  abandon(err: unknown): void {
+    this.cancelRetry();
+    this.rejectWaiters(err);
+  }
+
+  private cancelRetry(): void {
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    this.retryTimer = undefined;
+  }
+
+  private hasPending(): boolean {
+    return this.dirtyToolCalls || this.dirtyCheckpoint || this.activity !== undefined || this.state !== this.sentState || this.heartbeatRequested;
+  }
+
+  private async flush(): Promise<void> {
+    while (!this.fencedBy && !this.inFlight && (this.hasPending() || this.waiters.length > 0)) {
+      const upTo = this.version;
+      if (!this.hasPending()) {
+        this.settle(upTo); // everything asked for went out with an earlier write
+        continue;
+      }
+      const sent = { toolCalls: this.dirtyToolCalls, checkpoint: this.dirtyCheckpoint, activity: this.activity, state: this.state };
+      const heartbeatOnly = !sent.toolCalls && !sent.checkpoint && sent.activity === undefined && sent.state === this.sentState;
+      const heartbeat: Record<string, unknown> = { time: new Date(this.o.clock()).toISOString(), attempt: this.o.attempt, state: sent.state };
+      if (sent.activity !== undefined) heartbeat.activity = sent.activity;
+      const status: Record<string, unknown> = { heartbeat };
+      if (sent.toolCalls) status.toolCalls = this.toolCalls;
+      if (sent.checkpoint) status.checkpoint = this.checkpoint ?? null;
+      this.dirtyToolCalls = false;
+      this.dirtyCheckpoint = false;
+      this.activity = undefined;
+      this.heartbeatRequested = false;
+      this.inFlight = true;
+      try {
+        // Under its own field manager: the API server's record of this write (managedFields) is
+        // the heartbeat's time on the server's clock, which is what the watchdog measures by.
+        await this.o.client.mergePatch(this.o.path, { status }, { fieldManager: SANDBOX_FIELD_MANAGER });
+        this.inFlight = false;
+        this.counts.writes++;
+        if (heartbeatOnly) this.counts.heartbeatWrites++;
+        this.lastAckAt = this.o.clock();
+        this.sentState = sent.state;
+        this.retryMs = RETRY.firstMs;
+        this.settle(upTo);
+      } catch (err) {
+        this.inFlight = false;
+        this.counts.failedWrites++;
+        if (isNotFound(err)) {
+          this.o.onGone();
+          return;
+        }
+        if (!this.retryable(err)) {
+          // The server refused this content; sending it again would fail the same way. Whoever
+          // waited for it learns why; changes made since go out with the next write.
+          this.o.log.error({ err: String(err) }, "status write rejected");
+          this.sentState = sent.state;
+          this.rejectWaiters(err, upTo);
+          continue;
+        }
+        // Put back what did not go out, unless something newer replaced it meanwhile.
+        this.dirtyToolCalls ||= sent.toolCalls;
+        this.dirtyCheckpoint ||= sent.checkpoint;
+        if (this.activity === undefined) this.activity = sent.activity;
+        this.o.log.warn({ err: String(err), retryInMs: this.retryMs }, "status write failed; retrying");
+        this.retryTimer = setTimeout(() => {
+          this.retryTimer = undefined;
+          void this.flush();
+        }, this.retryMs);
+        this.retryMs = Math.min(RETRY.maxMs, this.retryMs * 2);
+        return;
+      }
+    }
+  }
+
+  /**
+   * Whether a failed write should be tried again. Besides transient errors: admission refuses a
+   * sandbox whose pod the run does not name yet, and the operator writes that name just after it
+   * creates the pod (or a new leader does, after a failover), so right after start that refusal is
+   * a matter of moments, not a verdict.
+   */
+  private retryable(err: unknown): boolean {
+    if (isTransient(err)) return true;
+    const notYetNamed = apiErrorCode(err) === 403 && err instanceof Error && err.message.includes(NOT_CURRENT_SANDBOX);
+    return notYetNamed && this.o.clock() - this.o.startedAt < FENCING_GRACE_MS;
+  }
+
+  private settle(upTo: number): void {
+    const done = this.waiters.filter((w) => w.version <= upTo);
+    this.waiters = this.waiters.filter((w) => w.version > upTo);
+    for (const w of done) w.resolve();
+  }
+
+  private rejectWaiters(err: unknown, upTo = Infinity): void {
+    const failed = this.waiters.filter((w) => w.version <= upTo);
+    this.waiters = this.waiters.filter((w) => w.version > upTo);
+    for (const w of failed) w.reject(err);
+  }
+}

@@ -644,6 +644,8 @@ node_ready_named() {
 # The fake node. Created with its status (the API allows status on create) and
 # already Ready, so the node lifecycle controller never taints it not-ready and
 # pods can be scheduled the moment `up` returns; kwok then owns the status.
+# It takes 20,000 pods (a kubelet's default is 110) so that the scale benches
+# can bind every pod of 10,000 runs to it.
 create_node() {
 	local code
 	# A node left from an earlier kwok that died stays NotReady (the node lifecycle controller
@@ -671,8 +673,8 @@ create_node() {
 			    }
 			  },
 			  "status": {
-			    "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"},
-			    "allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+			    "capacity": {"cpu": "32", "memory": "256Gi", "pods": "20000"},
+			    "allocatable": {"cpu": "32", "memory": "256Gi", "pods": "20000"},
 			    "conditions": [
 			      {"type": "Ready", "status": "True", "reason": "KubeletReady",
 			       "message": "created ready by hack/control-plane.sh",
@@ -710,6 +712,22 @@ start_component() {
 			--log-level=warn
 		;;
 	kube-apiserver)
+		# The audit log records only the Job controller and the service
+		# accounts of the agent-watchdog-bench namespace, so that the
+		# benches can count each side's API requests on the server
+		# (apiserver_request_total has no label for the client). Every
+		# other request is audited at level None and costs nothing.
+		cat >"$STATE_DIR/audit-policy.yaml" <<-'EOF'
+			apiVersion: audit.k8s.io/v1
+			kind: Policy
+			omitStages: [RequestReceived, ResponseStarted]
+			rules:
+			  - level: Metadata
+			    users: ["system:serviceaccount:kube-system:job-controller"]
+			  - level: Metadata
+			    userGroups: ["system:serviceaccounts:agent-watchdog-bench"]
+			  - level: None
+		EOF
 		# Admission plugins are the defaults plus NodeRestriction, as
 		# kubeadm sets them (the ServiceAccount plugin and
 		# ValidatingAdmissionPolicy must behave as in production, and a
@@ -744,6 +762,11 @@ start_component() {
 			--service-cluster-ip-range="$SERVICE_CIDR" \
 			--allow-privileged=true \
 			--endpoint-reconciler-type=none \
+			--audit-policy-file="$STATE_DIR/audit-policy.yaml" \
+			--audit-log-path="$LOG_DIR/audit.log" \
+			--audit-log-format=json \
+			--audit-log-maxsize=200 \
+			--audit-log-maxbackup=1 \
 			--profiling=false
 		;;
 	kube-controller-manager)

@@ -1,7 +1,8 @@
 // The AgentRun controller: informers feed a work queue; workers run the pure core on the cached
-// objects; plans that write anything are executed against fresh reads; every plan's next deadline
-// becomes a wake-up. A heartbeat-only update therefore costs one in-memory decision and moves a
-// timer, and nothing else.
+// objects (with this operator's own writes in place until the watches show them); plans that write
+// anything are executed with preconditions that refuse them when the cache was stale; every plan's
+// next deadline becomes a wake-up. A heartbeat-only update therefore costs one in-memory decision
+// and moves a timer, and nothing else.
 import { randomUUID } from "node:crypto";
 import type { Logger } from "pino";
 import { ACTIVE_PHASES, PHASES, type Phase } from "../api/agentrun.ts";
@@ -19,7 +20,9 @@ import { Executor, type Executed } from "./executor.ts";
 import { Informer } from "./informer.ts";
 import { NodeCache } from "./nodes.ts";
 import { WorkQueue } from "./queue.ts";
+import { trimPod, trimRun } from "./trim.ts";
 import { Wakeups } from "./wakeups.ts";
+import { Written } from "./written.ts";
 
 export interface ControllerOptions {
   /** Namespaces to watch; empty means all. */
@@ -63,10 +66,15 @@ export class Controller {
   private readonly heartbeatsSeen = new Map<string, { key: string; at: number }>();
   /** run key -> what was last believed about its current attempt's liveness, from every event seen. */
   private readonly liveness = new Map<string, LivenessMemory>();
+  /** What this operator wrote and its watches have not shown yet. */
+  private readonly written = new Written();
+  /** informer -> the resourceVersion of its collection when this replica began to lead. */
+  private readonly termStart = new Map<Informer, string>();
   private readonly nodeCache: NodeCache;
   private readonly executor: Executor;
   private readonly observers: RunObserver[] = [];
   private workers = 0;
+  private workersStarted = false;
   private stopping = false;
   private readonly client: KubeClient;
   private readonly metrics: Metrics;
@@ -81,6 +89,7 @@ export class Controller {
     this.queue = new WorkQueue(metrics.queueMetrics());
     this.wakeups = new Wakeups((key) => this.queue.add(key));
     this.executor = new Executor(client, recorder, () => this.options.defaults, options.sandbox, Date.now, (key, run, pods) => this.inputsFor(key, run, pods));
+    this.executor.trustCache = () => this.cacheCurrent();
     this.nodeCache = new NodeCache(client, { resyncMs: options.resyncMs, silenceMs: options.watchSilenceMs, log });
     metrics.maxConcurrentReconciles.set({ controller: CONTROLLER }, options.concurrency);
     metrics.activeWorkers.set({ controller: CONTROLLER }, 0);
@@ -88,12 +97,13 @@ export class Controller {
     const scopes = options.namespaces.length ? options.namespaces : [undefined];
     for (const namespace of scopes) {
       const common = { resyncMs: options.resyncMs, silenceMs: options.watchSilenceMs, log };
-      const runs = new Informer(client, { ...common, name: `agentruns${namespace ? `/${namespace}` : ""}`, path: paths.runs(namespace) });
+      const runs = new Informer(client, { ...common, name: `agentruns${namespace ? `/${namespace}` : ""}`, path: paths.runs(namespace), transform: trimRun });
       const pods = new Informer(client, {
         ...common,
         name: `pods${namespace ? `/${namespace}` : ""}`,
         path: paths.pods(namespace),
         labelSelector: LABELS.run,
+        transform: trimPod,
       });
       runs.on((event, run, previous) => this.onRun(event, run, previous));
       pods.on((event, pod) => this.onPod(event, pod));
@@ -132,11 +142,17 @@ export class Controller {
     }
   }
 
-  /** Starts the workers once the caches are synced; only the leader does this. */
+  /**
+   * Starts the workers once the caches are synced; only the leader does this, once: a replica
+   * that loses the lease exits.
+   */
   async startWorkers(signal?: AbortSignal): Promise<void> {
     await this.waitForSync(signal);
     if (this.stopping) return;
+    // Until it is known, pod creates list live pods first; the workers need not wait for it.
+    void this.markTermStart();
     for (const informer of this.runInformers) for (const run of informer.list()) this.queue.add(this.runKey(run));
+    this.workersStarted = true;
     for (let i = 0; i < this.options.concurrency; i++) void this.worker();
   }
 
@@ -147,6 +163,34 @@ export class Controller {
     for (const informer of this.informers) informer.stop();
     const deadline = Date.now() + 10_000;
     while (this.workers > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  }
+
+  /**
+   * Notes where the API server stood when this replica began to lead. Pods are created only by
+   * the leader: every pod an earlier leader created is older than this, and every pod this one
+   * creates is in `written` until the watch shows it. So once the caches have caught up to it,
+   * they miss no pod that may still run, and a pod create needs no live list first (as the Job
+   * controller trusts its informers and expectations). Until then, or if the read fails, it lists.
+   */
+  private async markTermStart(): Promise<void> {
+    for (const informer of [...this.runInformers, ...this.podInformers]) {
+      try {
+        const list = await this.client.get<{ metadata: { resourceVersion: string } }>(informer.options.path, { limit: 1, labelSelector: informer.options.labelSelector });
+        this.termStart.set(informer, list.metadata.resourceVersion);
+      } catch (err) {
+        this.log.warn({ err: String(err), informer: informer.options.name }, "could not read where the API server stands; pod creates list live pods first");
+      }
+    }
+  }
+
+  /** Whether every run and pod cache has caught up to where the API server stood when this replica began to lead. */
+  cacheCurrent(): boolean {
+    return [...this.runInformers, ...this.podInformers].every((informer) => {
+      // Resource versions are etcd revisions; one that is not a number proves nothing.
+      const start = this.termStart.get(informer);
+      const now = informer.version;
+      return start !== undefined && /^\d+$/.test(start) && /^\d+$/.test(now) && BigInt(now) >= BigInt(start);
+    });
   }
 
   get synced(): boolean {
@@ -170,7 +214,8 @@ export class Controller {
     }
     const longest = this.queue.longestRunningMs();
     if (longest > this.options.stuckReconcileMs) problems.push(`a reconcile has been running for ${Math.round(longest / 1000)}s`);
-    if (expectWorkers && !this.stopping && this.workers < this.options.concurrency) {
+    // Before the caches have synced the workers have not started yet; that is not a stop.
+    if (expectWorkers && this.workersStarted && !this.stopping && this.workers < this.options.concurrency) {
       problems.push(`${this.options.concurrency - this.workers} of ${this.options.concurrency} workers have stopped`);
     }
     return problems;
@@ -212,6 +257,7 @@ export class Controller {
       this.heartbeatsSeen.delete(key);
       this.liveness.delete(key);
       this.tombstones.delete(key);
+      this.written.forget(key);
       return;
     }
     // A heartbeat value that changed while this operator watched is a sign of life it saw itself
@@ -241,6 +287,7 @@ export class Controller {
     const key = keyOf(meta.namespace, runName);
     if (event === "delete") {
       this.forgetPod(key, meta.name);
+      this.written.podGone(key, pod);
       // Its final state says whether the kubelet stopped its containers (rule 9).
       const uid = (pod.metadata as { uid?: string }).uid;
       if (uid) {
@@ -293,6 +340,10 @@ export class Controller {
           this.metrics.activeWorkers.dec({ controller: CONTROLLER });
           this.queue.done(key);
         }
+        // A reconcile that writes nothing never leaves the microtask queue, so a resync of 10,000
+        // runs would hold the event loop until all were decided: no watch event, timer, probe or
+        // scrape in between. Yield to them after each one.
+        await new Promise((resolve) => setImmediate(resolve));
       }
     } finally {
       this.workers--;
@@ -301,24 +352,35 @@ export class Controller {
 
   /** One reconcile: decide from the cache; execute against fresh reads only when there is work. */
   private async reconcile(key: string): Promise<"success" | "requeue_after"> {
-    const run = this.cachedRun(key);
+    const cached = this.cachedRun(key);
+    const run = this.written.currentRun(key, cached);
     if (!run) {
       this.wakeups.set(key, undefined);
       return "success";
     }
-    const pods = [...(this.podsByRun.get(key)?.values() ?? [])];
+    const pods = this.written.currentPods(key, [...(this.podsByRun.get(key)?.values() ?? [])]);
     let plan: Plan = decide({ run, pods, now: Date.now(), defaults: this.options.defaults, sandbox: this.options.sandbox, ...this.inputsFor(key, run, pods) });
     let executed: Executed | undefined;
     if (!isQuiet(plan)) {
       const [namespace, name] = key.split("/") as [string, string];
       const status = (run.status ?? {}) as { attempt?: number };
       const log = this.log.child({ namespace, name, attempt: status.attempt, reconcileID: randomUUID() });
-      executed = await this.executor.execute(namespace, name, log);
+      try {
+        executed = await this.executor.execute(namespace, name, log, { run, pods, plan });
+      } catch (err) {
+        // A write of a plan made from what this operator wrote may have been refused because it is
+        // out of date: decide from the cache alone next time.
+        this.written.forget(key);
+        throw err;
+      }
       plan = executed.plan;
       if (executed.gone) {
+        this.written.forget(key);
         this.wakeups.set(key, undefined);
         return "success";
       }
+      if (executed.run && executed.run !== run) this.written.run(key, trimRun(executed.run));
+      for (const pod of executed.podsWritten ?? []) this.written.pod(key, trimPod(pod));
       if (!isQuiet(plan)) log.info({ phase: plan.phase, summary: plan.summary }, "executed plan");
       this.count(plan, executed);
     }

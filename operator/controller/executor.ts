@@ -12,8 +12,12 @@
 // - a status write the API server refuses never stops a hung or looping pod from being deleted
 //   (rule 12): the deletions still happen, then the error is reported;
 // - every write first asks whether this replica may still write (it leads).
-// Plans are always recomputed from a fresh read (the run and its pods, fetched together) before
-// they are executed.
+// A plan made from the cache is carried out as it is: the status write's resourceVersion
+// precondition (and the annotation write's) refuses it when the cached run was stale, and the pod
+// deletions' uid preconditions keep them to the pods the plan meant. A plan that creates a pod
+// lists the run's pods afresh first unless the cache is known to hold every pod that may still
+// run: the cache could otherwise miss one that another replica created. After a conflict the plan
+// is made again from a fresh read of the run and its pods.
 import type { Logger } from "pino";
 import { LABELS } from "../api/annotations.ts";
 import type { InstallDefaults } from "../api/defaults.ts";
@@ -34,6 +38,15 @@ export interface Executed {
   deletedAt?: number;
   /** The pods whose deletion the API server accepted (or that were gone already); not yet confirmed gone. */
   deletedPods?: string[];
+  /** Pods as the API server answered their create or delete, for the cache to show until it catches up. */
+  podsWritten?: Json[];
+}
+
+/** A plan made from the cache, with what it was made from. */
+export interface CachedDecision {
+  run: Json;
+  pods: Json[];
+  plan: Plan;
 }
 
 const MAX_CONFLICT_RETRIES = 5;
@@ -58,6 +71,11 @@ export class Executor {
   private readonly inputs: DecideInputs;
   /** Whether this replica may write now; checked before every write. */
   canWrite: () => boolean = () => true;
+  /**
+   * Whether the cached pods can be trusted to show every pod of a run that may still run, so that
+   * a pod create needs no live list first (see Controller.cacheCurrent).
+   */
+  trustCache: () => boolean = () => false;
 
   constructor(
     client: KubeClient,
@@ -79,24 +97,43 @@ export class Executor {
     if (!this.canWrite()) throw new NotLeaderError();
   }
 
-  /** Reads the run and its pods live, decides again and carries out what that says. */
-  async execute(namespace: string, name: string, log: Logger): Promise<Executed> {
+  private decide(namespace: string, name: string, run: Json, pods: Json[]): Plan {
+    return decide({ run, pods, now: this.clock(), defaults: this.defaults(), sandbox: this.sandbox, ...this.inputs(`${namespace}/${name}`, run, pods) });
+  }
+
+  private listPods(namespace: string, name: string): Promise<Json[]> {
+    return this.client.get<{ items: Json[] }>(paths.pods(namespace), { labelSelector: `${LABELS.run}=${name}` }).then((list) => list.items);
+  }
+
+  /**
+   * Carries out a plan made from the cache, or, without one (or after a conflict), reads the run
+   * and its pods live, decides again and carries out what that says.
+   */
+  async execute(namespace: string, name: string, log: Logger, cached?: CachedDecision): Promise<Executed> {
     for (let attempt = 0; ; attempt++) {
       let run: Json;
-      let pods: { items: Json[] };
+      let pods: Json[];
+      let plan: Plan;
       try {
-        [run, pods] = await Promise.all([
-          this.client.get(paths.run(namespace, name)),
-          this.client.get<{ items: Json[] }>(paths.pods(namespace), { labelSelector: `${LABELS.run}=${name}` }),
-        ]);
+        if (attempt === 0 && cached) {
+          run = cached.run;
+          pods = cached.pods;
+          plan = cached.plan;
+          if (plan.createPod && !this.trustCache()) {
+            pods = await this.listPods(namespace, name);
+            plan = this.decide(namespace, name, run, pods);
+          }
+        } else {
+          [run, pods] = await Promise.all([this.client.get(paths.run(namespace, name)), this.listPods(namespace, name)]);
+          plan = this.decide(namespace, name, run, pods);
+        }
       } catch (err) {
         if (isNotFound(err)) return { plan: { deletePods: [], events: [], metrics: [], phase: "Queued", summary: "run is gone" }, gone: true };
         throw err;
       }
-      const plan = decide({ run, pods: pods.items, now: this.clock(), defaults: this.defaults(), sandbox: this.sandbox, ...this.inputs(`${namespace}/${name}`, run, pods.items) });
       if (isQuiet(plan)) return { plan, run };
       try {
-        return await this.apply(run, pods.items, plan, log);
+        return await this.apply(run, pods, plan, log);
       } catch (err) {
         if (isConflict(err) && !isAlreadyExists(err) && attempt < MAX_CONFLICT_RETRIES) {
           log.debug({ attempt }, "conflict; deciding again from a fresh read");
@@ -126,6 +163,8 @@ export class Executor {
         this.guard();
         created = await this.client.create(paths.pods(meta.namespace), plan.createPod);
       } catch (err) {
+        // Its ServiceAccount may have been deleted since it was made: make it again next time.
+        this.ensured.clear();
         if (!isAlreadyExists(err)) throw err;
         // Created by an earlier try whose status write was lost: fine if it is this run's pod of
         // this attempt (by the owner's uid, never by name alone).
@@ -138,6 +177,7 @@ export class Executor {
       // The status that names the pod names its uid too: admission fences sandbox writes by it.
       const uid = (created.metadata as { uid?: string }).uid;
       if (uid) status = { ...(status ?? {}), podUID: uid };
+      result.podsWritten = [created];
       log.info({ pod: plan.createPod.metadata.name, uid }, "created sandbox pod");
     }
 
@@ -160,11 +200,18 @@ export class Executor {
       }
     }
     this.guard();
+    // A status write that was accepted shows the run was current; without one, the annotations
+    // carry the precondition themselves, so that a stale run cannot move an attempt back.
+    const precondition = status ? {} : { resourceVersion: meta.resourceVersion };
     const [deleted, annotated] = await Promise.all([
       this.deletePods(meta.namespace, plan.deletePods, log),
-      plan.annotations ? this.client.mergePatch(paths.run(meta.namespace, meta.name), { metadata: { annotations: plan.annotations } }) : undefined,
+      plan.annotations ? this.client.mergePatch(paths.run(meta.namespace, meta.name), { metadata: { ...precondition, annotations: plan.annotations } }) : undefined,
     ]);
-    if (deleted) Object.assign(result, deleted);
+    if (deleted) {
+      const { podsWritten, ...rest } = deleted;
+      Object.assign(result, rest);
+      if (podsWritten.length) result.podsWritten = [...(result.podsWritten ?? []), ...podsWritten];
+    }
     if (annotated) current = result.run = annotated;
     for (const event of plan.events) this.recorder.record(current, event);
     return result;
@@ -175,13 +222,18 @@ export class Executor {
    * anything else with the pod's own grace. Says when the last request was accepted. The pods are
    * not gone yet: the core confirms that later, from what the kubelet reports (rule 9).
    */
-  private async deletePods(namespace: string, deletions: Plan["deletePods"], log: Logger): Promise<Pick<Executed, "deletedAt" | "deletedPods"> | undefined> {
+  private async deletePods(
+    namespace: string,
+    deletions: Plan["deletePods"],
+    log: Logger,
+  ): Promise<{ deletedAt: number; deletedPods: string[]; podsWritten: Json[] } | undefined> {
     if (deletions.length === 0) return undefined;
     const gone: string[] = [];
+    const podsWritten: Json[] = [];
     for (const deletion of deletions) {
       try {
         this.guard();
-        await this.client.delete(paths.pod(namespace, deletion.name), {
+        const answer = await this.client.delete<Json>(paths.pod(namespace, deletion.name), {
           apiVersion: "v1",
           kind: "DeleteOptions",
           ...(deletion.gracePeriodSeconds !== undefined ? { gracePeriodSeconds: Math.max(1, deletion.gracePeriodSeconds) } : {}),
@@ -189,6 +241,8 @@ export class Executor {
         });
         log.info({ pod: deletion.name, gracePeriodSeconds: deletion.gracePeriodSeconds ?? "the pod's own" }, "deleted sandbox pod");
         gone.push(deletion.name);
+        // A graceful delete answers with the pod, now terminating (a Status when it is gone at once).
+        if (answer?.kind === "Pod") podsWritten.push(answer);
       } catch (err) {
         // Gone already, or replaced by a newer pod of the same name (uid precondition): either way
         // the pod this plan meant is not running.
@@ -196,12 +250,21 @@ export class Executor {
         else if (!isConflict(err)) throw err;
       }
     }
-    return { deletedAt: this.clock(), deletedPods: gone };
+    return { deletedAt: this.clock(), deletedPods: gone, podsWritten };
   }
+
+  /**
+   * Shared objects (a namespace's sandbox ServiceAccount and RoleBinding) known to exist, so that
+   * each pod create does not first ask for them again; per-run objects are made once anyway.
+   */
+  private readonly ensured = new Set<string>();
 
   /** Creates an object the sandbox pod needs unless it already exists. */
   private async ensure(object: Json): Promise<void> {
-    const meta = object.metadata as { namespace: string; name: string };
+    const meta = object.metadata as { namespace: string; name: string; ownerReferences?: unknown[] };
+    const key = `${String(object.kind)}/${meta.namespace}/${meta.name}`;
+    const shared = !meta.ownerReferences?.length;
+    if (shared && this.ensured.has(key)) return;
     const collection =
       object.kind === "ServiceAccount"
         ? `/api/v1/namespaces/${meta.namespace}/serviceaccounts`
@@ -211,5 +274,6 @@ export class Executor {
     } catch (err) {
       if (!isAlreadyExists(err)) throw err;
     }
+    if (shared) this.ensured.add(key);
   }
 }

@@ -29,6 +29,9 @@ export interface InformerOptions {
   transform?: (object: Json) => Json;
 }
 
+/** Objects a list page holds, as client-go's reflector asks. */
+const LIST_PAGE = 500;
+
 const key = (o: Json) => {
   const meta = o.metadata as { namespace?: string; name?: string };
   return `${meta.namespace ?? ""}/${meta.name ?? ""}`;
@@ -60,6 +63,11 @@ export class Informer {
 
   on(handler: InformerHandler): void {
     this.handlers.push(handler);
+  }
+
+  /** The resourceVersion the cache has caught up to ("" before the first list). */
+  get version(): string {
+    return this.resourceVersion;
   }
 
   get(namespace: string, name: string): Json | undefined {
@@ -132,13 +140,35 @@ export class Informer {
     this.retryTimer.unref?.();
   }
 
+  /**
+   * Lists in pages of LIST_PAGE objects, as client-go's reflector does: each page is trimmed
+   * before the next arrives, so 10,000 runs never sit in memory as one response. Every page is
+   * of the first page's snapshot; an expired continue token lists again from the start.
+   */
+  private async listAll(): Promise<{ items: Json[]; resourceVersion: string }> {
+    type Page = { items: Json[]; metadata: { resourceVersion: string; continue?: string } };
+    const items: Json[] = [];
+    let resourceVersion = "";
+    let token: string | undefined;
+    do {
+      let page: Page;
+      try {
+        page = await this.client.get<Page>(this.options.path, { labelSelector: this.options.labelSelector, limit: LIST_PAGE, continue: token });
+      } catch (err) {
+        if (token && err instanceof ApiError && err.code === 410) return this.listAll();
+        throw err;
+      }
+      for (const raw of page.items) items.push(this.options.transform ? this.options.transform(raw) : raw);
+      resourceVersion ||= page.metadata.resourceVersion;
+      token = page.metadata.continue || undefined;
+    } while (token);
+    return { items, resourceVersion };
+  }
+
   private async relist(): Promise<void> {
-    const list = await this.client.get<{ items: Json[]; metadata: { resourceVersion: string } }>(this.options.path, {
-      labelSelector: this.options.labelSelector,
-    });
+    const list = await this.listAll();
     const seen = new Set<string>();
-    for (const raw of list.items) {
-      const object = this.options.transform ? this.options.transform(raw) : raw;
+    for (const object of list.items) {
       const k = key(object);
       seen.add(k);
       const previous = this.objects.get(k);
@@ -152,7 +182,7 @@ export class Informer {
         this.emit("delete", object);
       }
     }
-    this.resourceVersion = list.metadata.resourceVersion;
+    this.resourceVersion = list.resourceVersion;
     this.synced = true;
   }
 

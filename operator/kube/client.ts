@@ -1,8 +1,11 @@
-// A small JSON client for the Kubernetes API, on the credentials of @kubernetes/client-node.
-// Plain JSON in and out (no Date conversion), exact content types for merge patches, and one
-// hook that sees every request so the operator can count its API writes.
-import { KubeConfig, RequestContext, Watch, type HttpMethod } from "@kubernetes/client-node";
-import { fetch, type Dispatcher } from "undici";
+// A small JSON client for the Kubernetes API on node:https: plain JSON in and out (no Date
+// conversion), exact content types for merge patches, a watch that streams events, and one hook
+// that sees every request so the operator can count its API writes. Credentials come from
+// connection.ts, or from a client-node KubeConfig handed over by the CLI and the tests.
+import { Agent, request as httpsRequest, type RequestOptions as HttpsRequestOptions } from "node:https";
+import type { IncomingMessage } from "node:http";
+import type { KubeConfig } from "@kubernetes/client-node";
+import { fromKubeConfig, loadConnection, type Connection } from "./connection.ts";
 
 export type Json = Record<string, unknown>;
 
@@ -40,93 +43,111 @@ export interface RequestOptions {
 /** Called after every request with its method and HTTP status (0 when it never got one). */
 export type RequestObserver = (method: string, code: number, ms: number) => void;
 
-export function loadKubeConfig(): KubeConfig {
-  const kc = new KubeConfig();
-  kc.loadFromDefault(); // $KUBECONFIG, ~/.kube/config, or the in-cluster service account
-  return kc;
-}
-
 /**
- * How long credentials are reused before they are read again: client-node builds a new TLS agent
- * (and reads certificate files) on every call, which costs a TLS handshake per request; rotated
- * service-account tokens are still picked up within this time, and at once after a 401.
+ * How long an Authorization header is reused before it is asked for again: a token file is read
+ * again, an exec plugin asked again; at once after a 401.
  */
 const CREDENTIALS_TTL_MS = 60_000;
 
-export class KubeClient {
-  readonly kc: KubeConfig;
-  private readonly observers: RequestObserver[] = [];
-  private readonly server: string;
-  private credentials?: { headers: Record<string, string>; dispatcher: Dispatcher | undefined; at: number };
+const isKubeConfig = (source: unknown): source is KubeConfig => typeof (source as KubeConfig | undefined)?.getCurrentCluster === "function";
 
-  constructor(kc: KubeConfig = loadKubeConfig()) {
-    this.kc = kc;
-    const cluster = kc.getCurrentCluster();
-    if (!cluster) throw new Error("no current cluster in the kubeconfig");
-    this.server = cluster.server.replace(/\/$/, "");
+/** An error that ends a watch: the HTTP status (statusCode) when the server refused it. */
+class WatchError extends Error {
+  readonly statusCode?: number;
+  constructor(message: string, statusCode?: number, name = "WatchError") {
+    super(message);
+    this.name = name;
+    if (statusCode !== undefined) this.statusCode = statusCode;
+  }
+}
+
+export class KubeClient {
+  readonly server: string;
+  private readonly connection: Connection;
+  private readonly agent: Agent;
+  private readonly observers: RequestObserver[] = [];
+  private authorization?: { header: string | undefined; at: number };
+
+  /** With no argument: $KUBECONFIG, ~/.kube/config or the pod's service account. */
+  constructor(source?: KubeConfig | Connection) {
+    this.connection = source === undefined ? loadConnection() : isKubeConfig(source) ? fromKubeConfig(source) : source;
+    this.server = this.connection.server;
+    // One pool of kept-alive connections for every request and watch.
+    this.agent = new Agent({
+      keepAlive: true,
+      ...(this.connection.ca ? { ca: this.connection.ca } : {}),
+      ...(this.connection.cert ? { cert: this.connection.cert } : {}),
+      ...(this.connection.key ? { key: this.connection.key } : {}),
+      ...(this.connection.servername ? { servername: this.connection.servername } : {}),
+      rejectUnauthorized: !this.connection.insecure,
+    });
   }
 
   onRequest(observer: RequestObserver): void {
     this.observers.push(observer);
   }
 
-  async request<T = Json>(method: string, path: string, options: RequestOptions = {}): Promise<T> {
-    const url = new URL(this.server + path);
-    for (const [key, value] of Object.entries(options.query ?? {})) {
-      if (value !== undefined) url.searchParams.set(key, String(value));
+  private async authorize(refresh: boolean): Promise<Record<string, string>> {
+    if (!this.connection.authorization) return {};
+    if (refresh || !this.authorization || Date.now() - this.authorization.at > CREDENTIALS_TTL_MS) {
+      this.authorization = { header: await this.connection.authorization(refresh), at: Date.now() };
     }
+    return this.authorization.header ? { Authorization: this.authorization.header } : {};
+  }
+
+  private url(path: string, query: Record<string, string | number | boolean | undefined> = {}): URL {
+    const url = new URL(this.server + path);
+    for (const [key, value] of Object.entries(query)) if (value !== undefined) url.searchParams.set(key, String(value));
+    return url;
+  }
+
+  /** Sends one request; resolves with the response once its headers have arrived. */
+  private send(method: string, url: URL, headers: Record<string, string>, body: string | undefined, signal: AbortSignal): Promise<IncomingMessage> {
+    const options: HttpsRequestOptions = { method, agent: this.agent, headers: body === undefined ? headers : { ...headers, "Content-Length": String(Buffer.byteLength(body)) }, signal };
+    return new Promise((resolve, reject) => {
+      const req = httpsRequest(url, options, resolve);
+      req.once("error", reject);
+      req.end(body);
+    });
+  }
+
+  async request<T = Json>(method: string, path: string, options: RequestOptions = {}): Promise<T> {
+    const url = this.url(path, options.query);
+    const body = options.body === undefined ? undefined : typeof options.body === "string" ? options.body : JSON.stringify(options.body);
+    const signal = options.signal ?? AbortSignal.timeout(30_000);
     const started = performance.now();
     let code = 0;
     try {
-      let response;
+      let response: IncomingMessage;
       for (let retry = 0; ; retry++) {
-        const credentials = await this.credentialsFor(url, retry > 0);
-        const headers: Record<string, string> = { Accept: "application/json", ...credentials.headers };
-        if (options.body !== undefined) headers["Content-Type"] = options.contentType ?? "application/json";
-        response = await fetch(url, {
-          method,
-          headers,
-          body: options.body === undefined ? undefined : typeof options.body === "string" ? options.body : JSON.stringify(options.body),
-          dispatcher: credentials.dispatcher,
-          signal: options.signal ?? AbortSignal.timeout(30_000),
-        });
-        if (response.status !== 401 || retry > 0) break;
-        await response.body?.cancel();
+        const headers: Record<string, string> = { Accept: "application/json", ...(await this.authorize(retry > 0)) };
+        if (body !== undefined) headers["Content-Type"] = options.contentType ?? "application/json";
+        response = await this.send(method, url, headers, body, signal);
+        if (response.statusCode !== 401 || retry > 0 || !this.connection.authorization) break;
+        response.resume();
       }
-      code = response.status;
-      const text = await response.text();
+      code = response.statusCode ?? 0;
+      let text = "";
+      response.setEncoding("utf8");
+      for await (const chunk of response) text += chunk as string;
       if (options.text && code >= 200 && code <= 299) return text as T;
       // Paths the server does not serve at all (an API group that is not installed) answer with
       // plain text, not a Status object; keep it as text so callers still get an ApiError.
-      let body: unknown = text || undefined;
+      let parsed: unknown = text || undefined;
       if (text) {
         try {
-          body = JSON.parse(text);
+          parsed = JSON.parse(text);
         } catch {
           if (code >= 200 && code <= 299) throw new Error(`${method} ${path}: response is not JSON`);
-          body = { message: text.trim().slice(0, 200) };
+          parsed = { message: text.trim().slice(0, 200) };
         }
       }
-      if (code < 200 || code > 299) throw new ApiError(method, path, code, body);
-      return body as T;
+      if (code < 200 || code > 299) throw new ApiError(method, path, code, parsed);
+      return parsed as T;
     } finally {
       const ms = performance.now() - started;
       for (const observe of this.observers) observe(method, code, ms);
     }
-  }
-
-  /** Auth headers and one shared connection pool, read again after a TTL or a 401. */
-  private async credentialsFor(url: URL, refresh: boolean): Promise<NonNullable<KubeClient["credentials"]>> {
-    if (!refresh && this.credentials && Date.now() - this.credentials.at < CREDENTIALS_TTL_MS) return this.credentials;
-    const ctx = new RequestContext(url.toString(), "GET" as HttpMethod);
-    await this.kc.applySecurityAuthentication(ctx);
-    const previous = this.credentials?.dispatcher;
-    const dispatcher = (previous ?? ctx.getDispatcher()) as Dispatcher | undefined;
-    // The TLS material does not change while the process runs; keeping the first pool keeps its
-    // connections alive. Only the headers (bearer tokens) are refreshed.
-    if (previous && ctx.getDispatcher() !== previous) void (ctx.getDispatcher() as Dispatcher | undefined)?.close?.();
-    this.credentials = { headers: { ...ctx.getHeaders() }, dispatcher, at: Date.now() };
-    return this.credentials;
   }
 
   get<T = Json>(path: string, query?: RequestOptions["query"]): Promise<T> {
@@ -144,22 +165,80 @@ export class KubeClient {
 
   /**
    * Starts a watch and calls `onEvent` per event; `onDone` gets null on a normal close and the
-   * error otherwise. Returns the abort controller of the request.
+   * error otherwise (a TimeoutError when nothing came for `inactivityTimeoutMs`, 30 s by default).
+   * Resolves with the watch's abort controller once the server has accepted it; a server that
+   * refuses it rejects with an ApiError (410 Gone among them).
    */
-  watch(
+  async watch(
     path: string,
     query: Record<string, string | number | boolean | undefined>,
     onEvent: (type: string, object: Json) => void,
     onDone: (err: unknown) => void,
-    inactivityTimeoutMs?: number,
+    inactivityTimeoutMs = 30_000,
   ): Promise<AbortController> {
-    const watch = new Watch(this.kc);
-    // The Watch aborts a connection that has carried nothing for this long (30 s by default); the
-    // field is private in the typings but is the library's only knob for it.
-    if (inactivityTimeoutMs !== undefined) (watch as unknown as { requestTimeoutMs: number }).requestTimeoutMs = inactivityTimeoutMs;
-    const clean: Record<string, string> = {};
-    for (const [k, v] of Object.entries(query)) if (v !== undefined) clean[k] = String(v);
-    return watch.watch(path, clean, (type: string, object: Json) => onEvent(type, object), onDone);
+    const controller = new AbortController();
+    const url = this.url(path, { ...query, watch: true });
+    let response: IncomingMessage;
+    for (let retry = 0; ; retry++) {
+      response = await this.send("GET", url, { Accept: "application/json", ...(await this.authorize(retry > 0)) }, undefined, controller.signal);
+      if (response.statusCode !== 401 || retry > 0 || !this.connection.authorization) break;
+      response.resume();
+    }
+    const code = response.statusCode ?? 0;
+    if (code !== 200) {
+      let text = "";
+      response.setEncoding("utf8");
+      for await (const chunk of response) text += chunk as string;
+      let status: unknown;
+      try {
+        status = JSON.parse(text);
+      } catch {
+        status = { message: text.trim().slice(0, 200) };
+      }
+      throw new ApiError("WATCH", path, code, status);
+    }
+    let finished = false;
+    let idle: NodeJS.Timeout | undefined;
+    const finish = (err: unknown) => {
+      if (finished) return;
+      finished = true;
+      clearTimeout(idle);
+      onDone(err);
+    };
+    const armIdle = () => {
+      clearTimeout(idle);
+      idle = setTimeout(() => {
+        finish(new WatchError(`watch ${path}: nothing for ${inactivityTimeoutMs} ms`, undefined, "TimeoutError"));
+        controller.abort();
+      }, inactivityTimeoutMs);
+      idle.unref?.();
+    };
+    armIdle();
+    let buffered = "";
+    response.setEncoding("utf8");
+    response.on("data", (chunk: string) => {
+      armIdle();
+      buffered += chunk;
+      let newline: number;
+      while ((newline = buffered.indexOf("\n")) >= 0) {
+        const line = buffered.slice(0, newline).trim();
+        buffered = buffered.slice(newline + 1);
+        if (!line) continue;
+        let event: { type: string; object: Json };
+        try {
+          event = JSON.parse(line) as { type: string; object: Json };
+        } catch (err) {
+          finish(err);
+          controller.abort();
+          return;
+        }
+        onEvent(event.type, event.object);
+      }
+    });
+    response.once("end", () => finish(null));
+    response.once("error", (err) => finish(controller.signal.aborted && !finished ? null : err));
+    response.once("close", () => finish(controller.signal.aborted ? null : new WatchError(`watch ${path}: connection closed`)));
+    return controller;
   }
 }
 

@@ -89,6 +89,13 @@ export class Metrics {
     labelNames: ["code", "method", "host"] as const,
     registers: [this.registry],
   });
+  readonly restLatency = new Histogram({
+    name: "rest_client_request_duration_seconds",
+    help: "Request latency in seconds, as the operator saw it, partitioned by verb and host",
+    labelNames: ["verb", "host"] as const,
+    buckets: [0.005, 0.025, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60],
+    registers: [this.registry],
+  });
 
   readonly runs = new Gauge({
     name: "watchdog_agentruns",

@@ -8,17 +8,15 @@
 //
 // Usage: npm run bench:detect -- [--runs 200] [--timeout 10s] [--spread 20s] [--concurrency N]
 // (--concurrency defaults to the operator's own default).
-import { execFileSync, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { freePort } from "../../hack/lib/free-port.ts";
-import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { KubeConfig } from "@kubernetes/client-node";
 import { parseDuration } from "../../operator/api/duration.ts";
-import { KubeClient, paths, type Json } from "../../operator/kube/client.ts";
+import { paths, type Json } from "../../operator/kube/client.ts";
+import { clientFor, controlPlaneUp, operatorWrites as writes, percentile, pool, root, until } from "./lib.ts";
 
-const root = fileURLToPath(new URL("../..", import.meta.url));
 const { values } = parseArgs({
   options: {
     runs: { type: "string", default: "200" },
@@ -35,46 +33,9 @@ const heartbeatEveryMs = values["heartbeat-interval"] ? parseDuration(values["he
 
 const log = (message: string) => process.stderr.write(`[bench] ${message}\n`);
 
-/** Runs `fn` over items with at most `limit` in flight. */
-async function pool<T, R>(items: T[], limit: number, fn: (item: T, index: number) => Promise<R>): Promise<R[]> {
-  const results: R[] = new Array(items.length);
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: Math.min(limit, items.length) }, async () => {
-      while (next < items.length) {
-        const i = next++;
-        results[i] = await fn(items[i] as T, i);
-      }
-    }),
-  );
-  return results;
-}
-
-async function until(description: string, probe: () => Promise<boolean>, timeout = 300_000): Promise<void> {
-  const deadline = Date.now() + timeout;
-  while (!(await probe())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${description}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
-function writes(metrics: string): number {
-  let total = 0;
-  for (const line of metrics.split("\n")) {
-    if (line.startsWith("rest_client_requests_total{") && /method="(POST|PUT|PATCH|DELETE)"/.test(line)) total += Number(line.slice(line.lastIndexOf(" ") + 1));
-  }
-  return total;
-}
-
-const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] as number;
-
 async function main(): Promise<void> {
-  const up = execFileSync("bash", [`${root}hack/control-plane.sh`, "up"], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
-  const kubeconfig = /export KUBECONFIG=(\S+)/.exec(up)?.[1] as string;
-  execFileSync("kubectl", ["apply", "--server-side", "--force-conflicts", "-f", `${root}crds/`], { env: { ...process.env, KUBECONFIG: kubeconfig }, stdio: "ignore" });
-  const kc = new KubeConfig();
-  kc.loadFromFile(kubeconfig);
-  const client = new KubeClient(kc);
+  const kubeconfig = controlPlaneUp();
+  const client = clientFor(kubeconfig);
   // An earlier bench's namespace is deleted in the background: its hundreds of runs, pods and
   // Events keep the API server busy for a minute or more, which would be measured as ours.
   const earlier = async () =>

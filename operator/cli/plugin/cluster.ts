@@ -157,12 +157,17 @@ export class Cluster {
  */
 const missing = (err: unknown) => isNotFound(err) || err instanceof SyntaxError;
 
-/** Why a connection failed, in a few words, from a fetch error's cause chain. */
+/**
+ * Why a connection failed, in a few words: from a socket error (its code), or from a fetch
+ * error's cause chain.
+ */
 export function connectionProblem(err: unknown): string | undefined {
   if (!(err instanceof Error)) return undefined;
   if (err.name === "TimeoutError" || err.name === "AbortError") return "the request timed out";
-  if (!(err instanceof TypeError) || err.message !== "fetch failed") return undefined;
-  let cause = (err as { cause?: unknown }).cause;
+  const fetchFailed = err instanceof TypeError && err.message === "fetch failed";
+  const socketError = !(err instanceof ApiError) && typeof (err as { code?: unknown }).code === "string";
+  if (!fetchFailed && !socketError) return undefined;
+  let cause = fetchFailed ? (err as { cause?: unknown }).cause : err;
   // Several addresses for one host: each was tried; the first failure speaks for all.
   if (cause instanceof AggregateError && cause.errors.length > 0) cause = cause.errors[0];
   const code = (cause as { code?: string } | undefined)?.code ?? "";

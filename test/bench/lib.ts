@@ -1,0 +1,326 @@
+// What the benches share: the local control plane, a fresh namespace, the operator as a child
+// process under an identity of its own (so the API server's audit log can tell its requests from
+// the Job controller's), percentiles, and a bounded pool of concurrent requests.
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { closeSync, openSync, readFileSync, readSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { KubeConfig } from "@kubernetes/client-node";
+import { freePort } from "../../hack/lib/free-port.ts";
+import { isAlreadyExists, KubeClient } from "../../operator/kube/client.ts";
+
+export const root = fileURLToPath(new URL("../..", import.meta.url));
+
+export const log = (bench: string, message: string) => process.stderr.write(`[${bench} ${new Date().toISOString().slice(11, 19)}] ${message}\n`);
+
+/** Runs `fn` over items with at most `limit` in flight. */
+export async function pool<T, R>(items: readonly T[], limit: number, fn: (item: T, index: number) => Promise<R>): Promise<R[]> {
+  const results: R[] = new Array(items.length);
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(limit, items.length) }, async () => {
+      while (next < items.length) {
+        const i = next++;
+        results[i] = await fn(items[i] as T, i);
+      }
+    }),
+  );
+  return results;
+}
+
+export async function until(description: string, probe: () => boolean | Promise<boolean>, timeoutMs = 300_000, everyMs = 200): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await probe())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${description}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
+
+/** The nearest-rank percentile of an ascending list. */
+export const percentile = (sorted: readonly number[], p: number): number =>
+  sorted.length ? (sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] as number) : NaN;
+
+export function summary(values: readonly number[]): { n: number; p50: number; p99: number; max: number } {
+  const sorted = [...values].sort((a, b) => a - b);
+  return { n: sorted.length, p50: percentile(sorted, 50), p99: percentile(sorted, 99), max: sorted.at(-1) ?? NaN };
+}
+
+export const round = (value: number, digits = 2) => Math.round(value * 10 ** digits) / 10 ** digits;
+
+/** Starts (or finds) the local control plane with the given node kind; returns its kubeconfig path. */
+export function controlPlaneUp(...flags: string[]): string {
+  const up = execFileSync("bash", [`${root}hack/control-plane.sh`, "up", ...flags], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
+  const kubeconfig = /export KUBECONFIG=(\S+)/.exec(up)?.[1];
+  if (!kubeconfig) throw new Error("control-plane.sh up printed no KUBECONFIG");
+  execFileSync("kubectl", ["apply", "--server-side", "--force-conflicts", "-f", `${root}crds/`], { env: { ...process.env, KUBECONFIG: kubeconfig }, stdio: "ignore" });
+  return kubeconfig;
+}
+
+export function clientFor(kubeconfig: string): KubeClient {
+  const kc = new KubeConfig();
+  kc.loadFromFile(kubeconfig);
+  return new KubeClient(kc);
+}
+
+/**
+ * A new namespace `<prefix>-<random>`, once earlier ones of the prefix are gone: their objects'
+ * deletion keeps the API server busy for a while, which would be measured as ours.
+ */
+export async function freshNamespace(client: KubeClient, prefix: string, bench: string): Promise<string> {
+  const earlier = async () =>
+    (await client.get<{ items: { metadata: { name: string } }[] }>("/api/v1/namespaces")).items.map((n) => n.metadata.name).filter((n) => n.startsWith(`${prefix}-`));
+  const pending = await earlier();
+  if (pending.length > 0) {
+    log(bench, `waiting for earlier namespaces to be deleted: ${pending.join(", ")}`);
+    for (const ns of pending) await client.delete(`/api/v1/namespaces/${ns}`).catch(() => {});
+    await until("earlier bench namespaces deleted", async () => (await earlier()).length === 0, 900_000, 1000);
+  }
+  const ns = `${prefix}-${randomBytes(3).toString("hex")}`;
+  await client.create("/api/v1/namespaces", { apiVersion: "v1", kind: "Namespace", metadata: { name: ns } });
+  await until("the namespace's default ServiceAccount", () => client.get(`/api/v1/namespaces/${ns}/serviceaccounts/default`).then(() => true, () => false));
+  return ns;
+}
+
+/** The namespace whose service accounts the control plane's audit policy records. */
+export const AUDITED_NAMESPACE = "agent-watchdog-bench";
+const OPERATOR_ACCOUNT = "operator";
+export const OPERATOR_USER = `system:serviceaccount:${AUDITED_NAMESPACE}:${OPERATOR_ACCOUNT}`;
+export const JOB_CONTROLLER_USER = "system:serviceaccount:kube-system:job-controller";
+
+/** A kubeconfig for a cluster-admin service account of the audited namespace. */
+export async function operatorKubeconfig(client: KubeClient, adminKubeconfig: string): Promise<string> {
+  const ensure = async (path: string, object: unknown) => {
+    try {
+      await client.create(path, object);
+    } catch (err) {
+      if (!isAlreadyExists(err)) throw err;
+    }
+  };
+  await ensure("/api/v1/namespaces", { apiVersion: "v1", kind: "Namespace", metadata: { name: AUDITED_NAMESPACE } });
+  await ensure(`/api/v1/namespaces/${AUDITED_NAMESPACE}/serviceaccounts`, { apiVersion: "v1", kind: "ServiceAccount", metadata: { name: OPERATOR_ACCOUNT } });
+  await ensure("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+    apiVersion: "rbac.authorization.k8s.io/v1",
+    kind: "ClusterRoleBinding",
+    metadata: { name: `${AUDITED_NAMESPACE}-${OPERATOR_ACCOUNT}` },
+    roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "cluster-admin" },
+    subjects: [{ kind: "ServiceAccount", name: OPERATOR_ACCOUNT, namespace: AUDITED_NAMESPACE }],
+  });
+  const request = await client.create<{ status: { token: string } }>(`/api/v1/namespaces/${AUDITED_NAMESPACE}/serviceaccounts/${OPERATOR_ACCOUNT}/token`, {
+    apiVersion: "authentication.k8s.io/v1",
+    kind: "TokenRequest",
+    spec: { expirationSeconds: 24 * 3600 },
+  });
+  const admin = new KubeConfig();
+  admin.loadFromFile(adminKubeconfig);
+  const cluster = admin.getCurrentCluster();
+  if (!cluster) throw new Error("no current cluster in the kubeconfig");
+  const path = join(tmpdir(), `agent-watchdog-bench-${randomBytes(4).toString("hex")}.kubeconfig`);
+  const kc = new KubeConfig();
+  kc.loadFromOptions({
+    clusters: [{ name: "bench", server: cluster.server, caFile: cluster.caFile, caData: cluster.caData, skipTLSVerify: false }],
+    users: [{ name: OPERATOR_ACCOUNT, token: request.status.token }],
+    contexts: [{ name: "bench", cluster: "bench", user: OPERATOR_ACCOUNT }],
+    currentContext: "bench",
+  });
+  writeFileSync(path, kc.exportConfig(), { mode: 0o600 });
+  return path;
+}
+
+export interface OperatorChild {
+  child: ChildProcess;
+  /** When the process was spawned (ms since epoch). */
+  spawnedAt: number;
+  metrics(): Promise<string>;
+  /** Whether /readyz answers 200: every informer cache has listed what exists. */
+  ready(): Promise<boolean>;
+  rssBytes(): number;
+  stop(): Promise<void>;
+}
+
+/** Starts `node operator/cli/operator.ts` for the namespaces; resolves once its metrics answer. */
+export async function startOperator(kubeconfig: string, namespaces: string[], args: string[] = [], nodeArgs: string[] = []): Promise<OperatorChild> {
+  const metricsPort = await freePort();
+  const healthPort = await freePort();
+  const spawnedAt = Date.now();
+  const child = spawn(
+    process.execPath,
+    [
+      ...nodeArgs,
+      `${root}operator/cli/operator.ts`,
+      `--namespaces=${namespaces.join(",")}`,
+      `--metrics-bind-address=127.0.0.1:${metricsPort}`,
+      `--health-probe-bind-address=127.0.0.1:${healthPort}`,
+      "--log-level=warn",
+      ...args,
+    ],
+    { env: { ...process.env, KUBECONFIG: kubeconfig, POD_NAME: undefined }, stdio: ["ignore", "ignore", "inherit"] },
+  );
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  const metrics = () => fetch(`http://127.0.0.1:${metricsPort}/metrics`).then((r) => r.text());
+  await until(
+    "the operator's metrics",
+    () => {
+      if (child.exitCode !== null) throw new Error(`the operator exited with ${child.exitCode}`);
+      return metrics().then(() => true, () => false);
+    },
+    60_000,
+  );
+  return {
+    child,
+    spawnedAt,
+    metrics,
+    ready: () => fetch(`http://127.0.0.1:${healthPort}/readyz`).then((r) => r.ok, () => false),
+    rssBytes: () => rssOf(child.pid),
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
+      await exited;
+    },
+  };
+}
+
+/** A process's resident set size from /proc, in bytes (NaN when it cannot be read). */
+export function rssOf(pid: number | undefined): number {
+  try {
+    return Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1]) * 1024;
+  } catch {
+    return NaN;
+  }
+}
+
+/** The value of one sample of a Prometheus text exposition (the first line that starts with it). */
+export function sample(metrics: string, prefix: string): number {
+  const line = metrics.split("\n").find((l) => l.startsWith(prefix));
+  return line ? Number(line.slice(line.lastIndexOf(" ") + 1)) : NaN;
+}
+
+/** The operator's own API writes so far, from its rest_client_requests_total. */
+export function operatorWrites(metrics: string): number {
+  let total = 0;
+  for (const line of metrics.split("\n")) {
+    if (line.startsWith("rest_client_requests_total{") && /method="(POST|PUT|PATCH|DELETE)"/.test(line)) total += Number(line.slice(line.lastIndexOf(" ") + 1));
+  }
+  return total;
+}
+
+export interface AuditedRequest {
+  user: string;
+  userAgent: string;
+  verb: string;
+  /** resource[/subresource] */
+  resource: string;
+  namespace: string;
+  /** When the API server received it (ms since epoch). */
+  at: number;
+  code: number;
+}
+
+/**
+ * Reads the control plane's audit log from where it stood when created: each completed request
+ * of an audited identity, once.
+ */
+export class AuditLog {
+  private offset: number;
+  private readonly path: string;
+  private rest = "";
+
+  constructor(adminKubeconfig: string) {
+    this.path = join(adminKubeconfig, "..", "logs", "audit.log");
+    try {
+      this.offset = statSync(this.path).size;
+    } catch {
+      throw new Error(`no audit log at ${this.path}: restart the control plane (hack/control-plane.sh down, then up) so that its API server writes one`);
+    }
+  }
+
+  /** The requests logged since the last call. */
+  read(): AuditedRequest[] {
+    const size = statSync(this.path).size;
+    if (size < this.offset) this.offset = 0; // rotated
+    if (size === this.offset) return [];
+    const fd = openSync(this.path, "r");
+    const buffer = Buffer.alloc(size - this.offset);
+    try {
+      readSync(fd, buffer, 0, buffer.length, this.offset);
+    } finally {
+      closeSync(fd);
+    }
+    this.offset = size;
+    const text = this.rest + buffer.toString("utf8");
+    const lines = text.split("\n");
+    this.rest = lines.pop() ?? "";
+    const out: AuditedRequest[] = [];
+    for (const line of lines) {
+      if (!line) continue;
+      const event = JSON.parse(line) as {
+        stage: string;
+        verb: string;
+        user: { username: string };
+        userAgent?: string;
+        objectRef?: { resource?: string; subresource?: string; namespace?: string };
+        requestReceivedTimestamp: string;
+        responseStatus?: { code?: number };
+      };
+      if (event.stage !== "ResponseComplete" && event.stage !== "Panic") continue;
+      const ref = event.objectRef ?? {};
+      out.push({
+        user: event.user.username,
+        userAgent: event.userAgent ?? "",
+        verb: event.verb,
+        resource: `${ref.resource ?? ""}${ref.subresource ? `/${ref.subresource}` : ""}`,
+        namespace: ref.namespace ?? "",
+        at: Date.parse(event.requestReceivedTimestamp),
+        code: event.responseStatus?.code ?? 0,
+      });
+    }
+    return out;
+  }
+}
+
+/** "verb resource" -> count, most frequent first. */
+export function breakdown(requests: readonly AuditedRequest[]): Record<string, number> {
+  const counts = new Map<string, number>();
+  for (const r of requests) counts.set(`${r.verb} ${r.resource}`, (counts.get(`${r.verb} ${r.resource}`) ?? 0) + 1);
+  return Object.fromEntries([...counts].sort((a, b) => b[1] - a[1]));
+}
+
+/** Cumulative bucket counts (le -> count) of a histogram, summed over the series `match` accepts. */
+export function histogram(metrics: string, name: string, match: (labels: string) => boolean = () => true): Map<number, number> {
+  const buckets = new Map<number, number>();
+  const prefix = `${name}_bucket{`;
+  for (const line of metrics.split("\n")) {
+    if (!line.startsWith(prefix)) continue;
+    const labels = line.slice(prefix.length, line.indexOf("}"));
+    if (!match(labels)) continue;
+    const le = /le="([^"]+)"/.exec(labels)?.[1];
+    if (le === undefined) continue;
+    const bound = le === "+Inf" ? Infinity : Number(le);
+    buckets.set(bound, (buckets.get(bound) ?? 0) + Number(line.slice(line.lastIndexOf(" ") + 1)));
+  }
+  return buckets;
+}
+
+/** What a histogram counted between two scrapes. */
+export function since(after: Map<number, number>, before: Map<number, number>): Map<number, number> {
+  return new Map([...after].map(([le, count]) => [le, count - (before.get(le) ?? 0)]));
+}
+
+/** A quantile of cumulative buckets, interpolated within a bucket as histogram_quantile does. */
+export function quantile(buckets: Map<number, number>, q: number): number {
+  const sorted = [...buckets].sort((a, b) => a[0] - b[0]);
+  const total = sorted.at(-1)?.[1] ?? 0;
+  if (total === 0) return NaN;
+  const rank = q * total;
+  let lowerBound = 0;
+  let lowerCount = 0;
+  for (const [le, count] of sorted) {
+    if (count >= rank) {
+      if (le === Infinity) return lowerBound;
+      return lowerBound + ((le - lowerBound) * (rank - lowerCount)) / Math.max(1, count - lowerCount);
+    }
+    lowerBound = le;
+    lowerCount = count;
+  }
+  return lowerBound;
+}

@@ -1,0 +1,290 @@
+"""One status write at a time, always the newest state, always with the heartbeat (status-writer.ts).
+
+Everything the sandbox reports is a JSON merge patch on its own run's status subresource naming
+only sandbox-owned fields (heartbeat, toolCalls, checkpoint). Writes go out one at a time from one
+thread, each carrying the newest state, so a slow write can never land after a newer one and undo
+it (merge patch replaces arrays whole: toolCalls is always the full list the sandbox holds). Every
+write carries the heartbeat with this sandbox's attempt, so every write is a sign of life and
+admission can fence stale attempts by looking at one field.
+
+Callers get a ``Future`` that resolves once a write including their change is acknowledged by the
+API server; a write that fails for a transient reason is retried with backoff, without limit,
+because giving up would lose a tool record or a checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, Optional
+
+from . import _json
+from .api_client import RETRY, SandboxApi, api_error_code, is_not_found, is_transient
+from .errors import FencedError
+from .log import SandboxLogger
+from .protocol import NOT_CURRENT_SANDBOX, SANDBOX_FIELD_MANAGER, Checkpoint, SandboxState, ToolCall, iso_now
+
+#: How long after start a refusal for not being the run's current pod is taken as "not yet".
+FENCING_GRACE_S = 30.0
+
+_UNSET: Any = object()
+
+
+class StatusWriter:
+    def __init__(
+        self,
+        *,
+        client: SandboxApi,
+        path: str,
+        attempt: int,
+        log: SandboxLogger,
+        on_gone: Callable[[], None],
+        started_at: float | None = None,
+        wall: Callable[[], float] = time.time,
+        mono: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._path = path
+        self._attempt = attempt
+        self._log = log
+        self._on_gone = on_gone
+        self._wall = wall
+        self._mono = mono
+        self._started_at = mono() if started_at is None else started_at
+        #: Acknowledged writes, of those the heartbeat-only ones, and failed tries.
+        self.counts = {"writes": 0, "heartbeat_writes": 0, "failed_writes": 0}
+
+        self._cond = threading.Condition()
+        # what the next write reports, and what of it changed since the last one
+        self._tool_calls: list[ToolCall] = []
+        self._checkpoint: Optional[Checkpoint] = None
+        self._dirty_tool_calls = False
+        self._dirty_checkpoint = False
+        #: Activity to send; None (the first write) clears what an earlier attempt left behind.
+        self._activity: Any = None
+        self._state: SandboxState = "Planning"
+        self._sent_state: Optional[str] = None
+        self._heartbeat_requested = False
+        # the queue: a version per change, resolved once a write that includes it is acknowledged
+        self._version = 0
+        self._waiters: list[tuple[int, Future[None]]] = []
+        self._in_flight = False
+        #: Writes only once asked to (write()); then goes on while changes are pending, as each
+        #: write that lands may find newer changes made while it was in flight.
+        self._active = False
+        self._retry_at: Optional[float] = None
+        self._retry_s = RETRY["first"]
+        self._fenced_by: Optional[str] = None
+        self._stopped = False
+        #: Monotonic time of the last acknowledged write of any kind (every write is a heartbeat).
+        self.last_write_at = 0.0
+        self._thread = threading.Thread(target=self._run, name="agent-watchdog-status-writer", daemon=True)
+        self._thread.start()
+
+    # -- what the next write carries ---------------------------------------------------------------
+
+    def set_tool_calls(self, calls: list[ToolCall]) -> None:
+        """The full list of tool records, which replaces the list in status."""
+        with self._cond:
+            self._tool_calls = list(calls)
+            self._dirty_tool_calls = True
+
+    def set_checkpoint(self, checkpoint: Checkpoint) -> None:
+        with self._cond:
+            self._checkpoint = checkpoint
+            self._dirty_checkpoint = True
+
+    def set_activity(self, activity: dict[str, str]) -> None:
+        with self._cond:
+            self._activity = activity
+
+    def set_state(self, state: SandboxState) -> None:
+        """A new state goes out with the next write; it is not a reason to write on its own."""
+        with self._cond:
+            self._state = state
+
+    # -- writing -----------------------------------------------------------------------------------
+
+    def write(self) -> "Future[None]":
+        """A future that resolves once everything changed so far is acknowledged."""
+        future: Future[None] = Future()
+        with self._cond:
+            if self._fenced_by is not None:
+                future.set_exception(FencedError(self._fenced_by))
+                return future
+            if self._stopped:
+                future.set_exception(RuntimeError("the sandbox is closed"))
+                return future
+            self._version += 1
+            self._waiters.append((self._version, future))
+            self._active = True
+            self._cond.notify_all()
+        return future
+
+    def beat(self) -> None:
+        """A heartbeat-only write, unless a write is under way: that one carries the heartbeat."""
+        with self._cond:
+            if self._in_flight or self._has_pending():
+                return
+            self._heartbeat_requested = True
+        self.write()  # a failed heartbeat is retried; the next beat tries again anyway
+
+    def drain(self, deadline_s: float) -> None:
+        """Sends what is pending at once (no retry backoff) and waits for it, at most ``deadline_s``."""
+        with self._cond:
+            self._retry_at = None
+            self._cond.notify_all()
+            if not self._has_pending() and not self._in_flight:
+                return
+        future = self.write()
+        try:
+            future.result(timeout=deadline_s)
+        except Exception:  # noqa: BLE001 - the deadline, or a refusal already logged
+            pass
+
+    def fence(self, reason: str, err: BaseException) -> None:
+        """Nothing more is written: this sandbox no longer speaks for the run."""
+        with self._cond:
+            self._fenced_by = reason
+            self._retry_at = None
+            self._reject(err)
+            self._cond.notify_all()
+
+    def stop(self, err: BaseException | None = None) -> None:
+        """Ends the writer thread; whoever still waits learns why (used by close and abandon)."""
+        with self._cond:
+            self._stopped = True
+            self._retry_at = None
+            self._reject(err or RuntimeError("the sandbox is closed"))
+            self._cond.notify_all()
+
+    # -- the writer thread -------------------------------------------------------------------------
+
+    def _has_pending(self) -> bool:
+        return (
+            self._dirty_tool_calls
+            or self._dirty_checkpoint
+            or self._activity is not _UNSET
+            or self._state != self._sent_state
+            or self._heartbeat_requested
+        )
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._stopped or self._fenced_by is not None:
+                        return
+                    if self._retry_at is not None:
+                        remaining = self._retry_at - self._mono()
+                        if remaining > 0:
+                            self._cond.wait(remaining)
+                            continue
+                        self._retry_at = None
+                    if not self._active:
+                        self._cond.wait()
+                        continue
+                    if not self._waiters and not self._has_pending():
+                        self._active = False  # idle until the next write()
+                        continue
+                    up_to = self._version
+                    if not self._has_pending():
+                        self._settle(up_to)  # everything asked for went out with an earlier write
+                        continue
+                    break
+                sent_tool_calls = self._dirty_tool_calls
+                sent_checkpoint = self._dirty_checkpoint
+                sent_activity = self._activity
+                sent_state = self._state
+                heartbeat_only = not sent_tool_calls and not sent_checkpoint and sent_activity is _UNSET and sent_state == self._sent_state
+                heartbeat: dict[str, Any] = {"time": iso_now(self._wall()), "attempt": self._attempt, "state": sent_state}
+                if sent_activity is not _UNSET:
+                    heartbeat["activity"] = sent_activity
+                status: dict[str, Any] = {"heartbeat": heartbeat}
+                if sent_tool_calls:
+                    status["toolCalls"] = self._tool_calls
+                if sent_checkpoint:
+                    status["checkpoint"] = self._checkpoint
+                self._dirty_tool_calls = False
+                self._dirty_checkpoint = False
+                self._activity = _UNSET
+                self._heartbeat_requested = False
+                self._in_flight = True
+                try:
+                    # Copied here, under the lock, as the JSON it becomes: later changes cannot
+                    # alter what goes out, and NaN is null as in JSON.stringify.
+                    patch: Any = json.loads(_json.dumps({"status": status}))
+                except (TypeError, ValueError) as err:
+                    patch = err
+            error: BaseException | None = None
+            unsendable = isinstance(patch, BaseException)
+            if unsendable:
+                error = patch
+            else:
+                try:
+                    # Under its own field manager: the API server's record of this write
+                    # (managedFields) is the heartbeat's time on the server's clock, which is what
+                    # the watchdog measures by.
+                    self._client.merge_patch(self._path, patch, {"fieldManager": SANDBOX_FIELD_MANAGER})
+                except Exception as err:  # noqa: BLE001
+                    error = err
+            gone = False
+            with self._cond:
+                self._in_flight = False
+                if error is None:
+                    self.counts["writes"] += 1
+                    if heartbeat_only:
+                        self.counts["heartbeat_writes"] += 1
+                    self.last_write_at = self._mono()
+                    self._sent_state = sent_state
+                    self._retry_s = RETRY["first"]
+                    self._settle(up_to)
+                    continue
+                self.counts["failed_writes"] += 1
+                if is_not_found(error):
+                    gone = True
+                elif unsendable or not self._retryable(error):
+                    # The server refused this content; sending it again would fail the same way.
+                    # Whoever waited for it learns why; changes made since go out with the next write.
+                    self._log.error("status write rejected", err=str(error))
+                    self._sent_state = sent_state
+                    self._reject(error, up_to)
+                    continue
+                else:
+                    # Put back what did not go out, unless something newer replaced it meanwhile.
+                    self._dirty_tool_calls = self._dirty_tool_calls or sent_tool_calls
+                    self._dirty_checkpoint = self._dirty_checkpoint or sent_checkpoint
+                    if self._activity is _UNSET:
+                        self._activity = sent_activity
+                    self._log.warn("status write failed; retrying", err=str(error), retryInMs=int(self._retry_s * 1000))
+                    self._retry_at = self._mono() + self._retry_s
+                    self._retry_s = min(RETRY["max"], self._retry_s * 2)
+                    continue
+            if gone:
+                self._on_gone()  # fences this writer, among others; outside the lock
+
+    def _retryable(self, err: BaseException) -> bool:
+        """Besides transient errors: admission refuses a sandbox whose pod the run does not name
+        yet, and the operator writes that name just after it creates the pod, so right after start
+        that refusal is a matter of moments, not a verdict."""
+        if is_transient(err):
+            return True
+        not_yet_named = api_error_code(err) == 403 and NOT_CURRENT_SANDBOX in str(err)
+        return not_yet_named and self._mono() - self._started_at < FENCING_GRACE_S
+
+    def _settle(self, up_to: int) -> None:
+        done = [f for v, f in self._waiters if v <= up_to]
+        self._waiters = [(v, f) for v, f in self._waiters if v > up_to]
+        for future in done:
+            if not future.done():
+                future.set_result(None)
+
+    def _reject(self, err: BaseException, up_to: float = float("inf")) -> None:
+        failed = [f for v, f in self._waiters if v <= up_to]
+        self._waiters = [(v, f) for v, f in self._waiters if v > up_to]
+        for future in failed:
+            if not future.done():
+                future.set_exception(err)

@@ -1,0 +1,693 @@
+"""The Sandbox against a fake API server over real sockets: what it writes, in which order, when,
+and when it stops writing. Real time, short timeouts; every timing assertion is a bound that load
+can only make safer (fewer writes, longer gaps), never one that needs a fast machine."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+import unittest
+import urllib.error
+from typing import Any, Callable, Optional
+
+from agent_watchdog import (
+    ApiClient,
+    ApiError,
+    ApprovalDeniedError,
+    ClusterConfig,
+    ExitCode,
+    FencedError,
+    JsonLogger,
+    Sandbox,
+    SandboxIdentity,
+    ToolError,
+    ToolValidationError,
+    UnconfirmedSideEffectError,
+    args_hash,
+    idempotency_key,
+    run_agent,
+)
+
+from fake_apiserver import FakeApiServer, status_body
+from ts_fixtures import KEY_CASES
+
+SILENT = JsonLogger("silent")
+
+
+def heartbeat_only(patch: dict[str, Any]) -> bool:
+    status = patch["status"]
+    return list(status) == ["heartbeat"] and "activity" not in status["heartbeat"]
+
+
+def parse_ms(text: str) -> float:
+    from agent_watchdog.protocol import parse_time_ms
+
+    value = parse_time_ms(text)
+    assert value is not None
+    return value
+
+
+def eventually(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+class Background:
+    """Runs a blocking SDK call on a thread and keeps its result or exception."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.result: Any = None
+        self.error: Optional[BaseException] = None
+        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self.thread.start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self.result = fn()
+        except BaseException as err:  # noqa: BLE001
+            self.error = err
+
+    def join(self, timeout: float = 10.0) -> Any:
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            raise AssertionError("the call did not return")
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+    @property
+    def done(self) -> bool:
+        return not self.thread.is_alive()
+
+
+class SandboxTestCase(unittest.TestCase):
+    def setUp(self) -> None:
+        self.sandboxes: list[Sandbox] = []
+
+    def tearDown(self) -> None:
+        for sandbox in self.sandboxes:
+            sandbox.abandon()
+
+    def fake(self, status: Optional[dict[str, Any]] = None, spec: Optional[dict[str, Any]] = None) -> FakeApiServer:
+        fake = FakeApiServer(status, spec).start()
+        self.addCleanup(fake.stop)
+        return fake
+
+    def client(self, fake: FakeApiServer) -> ApiClient:
+        client = ApiClient(ClusterConfig(server=fake.url, source="test"))
+        self.addCleanup(client.close)
+        return client
+
+    def start(self, fake: FakeApiServer, attempt: int = 1, **options: Any) -> Sandbox:
+        opened = fake.watches_opened
+        sandbox = Sandbox.start(
+            client=self.client(fake),
+            identity=SandboxIdentity("r", "ns", attempt),
+            logger=SILENT,
+            exit=lambda code: None,
+            **options,
+        )
+        self.sandboxes.append(sandbox)
+        fake.wait_for(lambda: fake.watches_opened > opened, what="the sandbox's watch")
+        return sandbox
+
+    def run_agent(self, fake: FakeApiServer, main: Callable[[Sandbox], Any], attempt: int = 1, **options: Any) -> tuple[int, list[int]]:
+        exits: list[int] = []
+        options.setdefault("termination_log_path", os.path.join(tempfile.gettempdir(), "none", "x"))
+        code = run_agent(
+            main,
+            client=self.client(fake),
+            identity=SandboxIdentity("r", "ns", attempt),
+            logger=SILENT,
+            exit=exits.append,
+            **options,
+        )
+        return code, exits
+
+
+class ReportingInTest(SandboxTestCase):
+    def test_first_says_alive_and_planning_and_clears_an_earlier_attempts_activity(self) -> None:
+        earlier = {"time": "2026-11-30T11:00:00Z", "attempt": 1, "state": "Planning", "activity": {"kind": "text", "time": "2026-11-30T11:00:00Z"}}
+        fake = self.fake({"heartbeat": earlier})
+        before = time.time()
+        self.start(fake)
+        first = fake.patches[0]
+        self.assertEqual(list(first), ["status"])
+        self.assertEqual(list(first["status"]), ["heartbeat"])
+        beat = first["status"]["heartbeat"]
+        self.assertEqual((beat["attempt"], beat["state"], beat["activity"]), (1, "Planning", None))
+        self.assertGreaterEqual(parse_ms(beat["time"]), int(before * 1000) - 1)
+        self.assertNotIn("activity", fake.status["heartbeat"])
+        # the sandbox field manager, a merge patch, and the watch by field selector
+        self.assertEqual(fake.patch_queries[0]["fieldManager"], ["agent-watchdog-sandbox"])
+        self.assertEqual(fake.content_types[0], "application/merge-patch+json")
+        watches = [p for p in fake.raw_paths if "watch=true" in p]
+        self.assertTrue(watches)
+        self.assertIn("fieldSelector=metadata.name%3Dr", watches[0])
+        self.assertTrue(watches[0].startswith("/apis/watchdog.dev/v1alpha1/namespaces/ns/agentruns?"))
+
+    def test_waits_out_an_api_server_that_cannot_be_reached_at_start_then_gives_up(self) -> None:
+        fake = self.fake()
+        fake.read_failures += [(503, status_body(503, "ServiceUnavailable", "etcd is down"))] * 2
+        self.start(fake)
+        self.assertEqual(len(fake.patches), 1)
+
+        down = self.fake()
+        down.read_failures += [(503, status_body(503, "ServiceUnavailable", "etcd is down"))] * 100
+        started = time.monotonic()
+        with self.assertRaises(ApiError) as caught:
+            self.start(down, start_deadline=1.0)
+        self.assertEqual(caught.exception.code, 503)
+        self.assertLess(time.monotonic() - started, 5)
+        self.assertEqual(down.patches, [])
+
+    def test_refuses_to_start_for_an_attempt_that_is_already_over(self) -> None:
+        fake = self.fake({"attempt": 2})
+        with self.assertRaises(FencedError):
+            self.start(fake)
+        self.assertEqual(fake.patches, [])
+        gone = self.fake()
+        gone.deleted = True
+        with self.assertRaisesRegex(FencedError, "does not exist"):
+            self.start(gone)
+
+
+class HeartbeatTest(SandboxTestCase):
+    def test_heartbeat_only_writes_at_most_once_per_timeout_over_4_while_progressing(self) -> None:
+        fake = self.fake()  # heartbeatTimeout 2s: interval 0.5 s
+        sandbox = self.start(fake)
+        end = time.monotonic() + 2.6
+        while time.monotonic() < end:
+            sandbox.progress()
+            time.sleep(0.02)
+        beats = [p for p in fake.patches if heartbeat_only(p)]
+        self.assertGreaterEqual(len(beats), 2)
+        self.assertLessEqual(len(beats), 6)  # 2.6 s / 0.5 s, plus none extra
+        times = [parse_ms(p["status"]["heartbeat"]["time"]) for p in fake.patches]
+        for earlier, later in zip(times, times[1:]):
+            self.assertGreaterEqual(later - earlier, 499)
+        stats = sandbox.stats()
+        self.assertEqual((stats.heartbeat_timeout_s, stats.heartbeat_interval_s), (2.0, 0.5))
+        self.assertEqual(stats.writes, len(fake.patches))
+        self.assertEqual(stats.heartbeat_writes, len(beats))
+        for beat in beats:
+            self.assertEqual(beat["status"]["heartbeat"]["attempt"], 1)
+
+    def test_state_changes_tool_records_activity_and_checkpoints_go_out_at_once_and_carry_the_heartbeat(self) -> None:
+        fake = self.fake()
+        sandbox = self.start(fake)
+        time.sleep(0.3)
+        writes = len(fake.patches)
+        sandbox.say("hello")  # returns once acknowledged: no waiting for the heartbeat interval
+        self.assertEqual(len(fake.patches), writes + 1)
+        said = fake.patches[-1]["status"]["heartbeat"]
+        self.assertEqual((said["activity"]["kind"], said["attempt"], said["state"]), ("text", 1, "Planning"))
+        said_at = fake.patch_times[-1]
+        sandbox.save_checkpoint(1, {"n": 1})
+        self.assertEqual(fake.patches[-1]["status"]["checkpoint"], {"step": 1, "data": {"n": 1}})
+        self.assertIn("heartbeat", fake.patches[-1]["status"])
+        checkpoint_at = fake.patch_times[-1]
+        self.assertLess(checkpoint_at - said_at, 0.5)
+        # the next heartbeat-only write is an interval after the last write, not after the first
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            sandbox.progress()
+            time.sleep(0.02)
+        index = next(i for i, p in enumerate(fake.patches) if heartbeat_only(p) and fake.patch_times[i] > checkpoint_at)
+        self.assertGreaterEqual(fake.patch_times[index] - checkpoint_at, 0.49)
+
+    def test_stops_when_the_agent_makes_no_progress_and_resumes_when_it_does(self) -> None:
+        fake = self.fake({"watchdog": {"heartbeatTimeout": "400ms"}})  # interval 100 ms
+        sandbox = self.start(fake, progress_timeout=0.5)
+        eventually(lambda: sandbox._heartbeat.wedged, what="the agent counting as wedged")  # noqa: SLF001
+        last = fake.status["heartbeat"]["time"]
+        count = len(fake.patches)
+        time.sleep(0.6)
+        self.assertEqual(len(fake.patches), count)  # nothing more while wedged
+        self.assertEqual(fake.status["heartbeat"]["time"], last)
+        sandbox.progress()
+        fake.wait_for(lambda: len(fake.patches) > count, what="heartbeats resuming")
+        self.assertTrue(heartbeat_only(fake.patches[-1]))
+
+    def test_goes_on_while_the_agent_waits_on_the_sdk_for_input(self) -> None:
+        fake = self.fake({"watchdog": {"heartbeatTimeout": "400ms"}})
+        sandbox = self.start(fake, progress_timeout=0.3)
+        waiting = Background(lambda: sandbox.next_nudge(timeout=1.6))
+        time.sleep(0.7)  # past the progress timeout
+        count = len([p for p in fake.patches if heartbeat_only(p)])
+        time.sleep(0.6)
+        self.assertGreater(len([p for p in fake.patches if heartbeat_only(p)]), count)
+        self.assertFalse(sandbox._heartbeat.wedged)  # noqa: SLF001
+        with self.assertRaises(TimeoutError):
+            waiting.join()
+
+    def test_follows_a_change_of_the_heartbeat_timeout(self) -> None:
+        fake = self.fake()
+        sandbox = self.start(fake)
+        fake.operator({"watchdog": {"heartbeatTimeout": "40s"}})
+        eventually(lambda: sandbox.stats().heartbeat_interval_s == 10, what="the new interval")
+        self.assertEqual(sandbox.stats().heartbeat_timeout_s, 40)
+
+    def test_retries_a_failed_write_and_reports_a_refused_one(self) -> None:
+        fake = self.fake()
+        sandbox = self.start(fake)
+        fake.failures.append((503, status_body(503, "ServiceUnavailable", "unavailable")))
+        sandbox.say("hello")
+        self.assertEqual(sandbox.stats().failed_writes, 1)
+        self.assertEqual(fake.status["heartbeat"]["activity"]["kind"], "text")
+        fake.failures.append((422, status_body(422, "Invalid", "status.heartbeat: Invalid value")))
+        with self.assertRaises(ApiError) as caught:
+            sandbox.say("refused")
+        self.assertEqual(caught.exception.code, 422)
+        sandbox.say("after")  # the next change goes out as usual
+        self.assertEqual(fake.status["heartbeat"]["activity"]["kind"], "text")
+
+
+class ToolCallTest(SandboxTestCase):
+    def test_commits_started_before_the_tool_runs_then_succeeded_with_the_result(self) -> None:
+        fake = self.fake()
+        sandbox = self.start(fake)
+        fake.hold = threading.Event()
+        seen: dict[str, Any] = {}
+
+        def search(args: dict[str, str], ctx: Any) -> dict[str, Any]:
+            seen["records"] = fake.status.get("toolCalls")
+            seen["key"] = ctx.idempotency_key
+            return {"answer": 42}
+
+        outcome = Background(lambda: sandbox.tool("search", {"q": "x"}, search, idempotent=True))
+        fake.wait_for(lambda: sum(1 for r in fake.requests if r[0] == "PATCH") >= 2, what="the Started write")
+        time.sleep(0.1)
+        self.assertNotIn("records", seen)  # the Started write is not acknowledged yet: the tool waits
+        fake.hold.set()
+        fake.hold = None
+        result = outcome.join()
+        self.assertEqual(len(seen["records"]), 1)
+        started = seen["records"][0]
+        self.assertEqual((started["name"], started["state"], started["attempt"], started["idempotent"]), ("search", "Started", 1, True))
+        self.assertEqual((result.ok, result.value, result.replayed), (True, {"answer": 42}, False))
+        # the same key and hash the TypeScript SDK gives this call (run uid-r, step 1, first call)
+        ts = next(c for c in KEY_CASES if c[0] == "uid-r" and c[3] == "search" and c[1] == 1 and c[2] == 0)
+        self.assertEqual((started["argsHash"], started["idempotencyKey"]), (ts[5], ts[6]))
+        self.assertEqual(seen["key"], ts[6])
+        self.assertEqual(result.idempotency_key, ts[6])
+        record = fake.status["toolCalls"][0]
+        self.assertEqual((record["state"], record["result"], record["id"]), ("Succeeded", '{"answer":42}', "a1-1"))
+        self.assertEqual(fake.status["heartbeat"]["state"], "Planning")
+        self.assertEqual(fake.status["heartbeat"]["activity"]["kind"], "toolResult")
+        self.assertIn("ExecutingTool", [p["status"]["heartbeat"]["state"] for p in fake.patches])
+
+    def test_records_a_failure_with_http_status_and_retry_after(self) -> None:
+        fake = self.fake()
+        sandbox = self.start(fake)
+
+        def llm(args: Any, ctx: Any) -> None:
+            raise ToolError("Too Many Requests", http_status=429, retry_after_seconds=30)
+
+        outcome = sandbox.tool("llm", {"p": 1}, llm)
+        assert outcome.error is not None
+        self.assertEqual((outcome.ok, outcome.error.kind, outcome.error.http_status, outcome.error.retry_after_seconds), (False, "error", 429, 30))
+        self.assertEqual(fake.status["toolCalls"][0]["error"], {"message": "Too Many Requests", "httpStatus": 429, "retryAfterSeconds": 30})
+
+        def fetch(args: Any, ctx: Any) -> None:
+            import email
+
+            raise urllib.error.HTTPError("http://x", 503, "Service Unavailable", email.message_from_string("Retry-After: 7\n\n"), None)  # type: ignore[arg-type]
+
+        sandbox.tool("fetch", {}, fetch)
+        self.assertEqual(fake.status["toolCalls"][1]["error"], {"message": "HTTP Error 503: Service Unavailable", "httpStatus": 503, "retryAfterSeconds": 7})
+
+    def test_hands_invalid_arguments_back_without_running_the_tool(self) -> None:
+        fake = self.fake()
+        sandbox = self.start(fake)
+        ran: list[Any] = []
+
+        def validate(args: dict[str, Any]) -> None:
+            issues = []
+            if "@" not in str(args.get("to")):
+                issues.append((["to"], "Invalid email address"))
+            if not isinstance(args.get("subject"), str):
+                issues.append((["subject"], "Invalid input: expected string, received number"))
+            if issues:
+                raise ToolValidationError(issues)
+
+        outcome = sandbox.tool("send_email", {"to": "nobody", "subject": 3}, lambda a, c: ran.append(a), validate=validate)
+        self.assertEqual(ran, [])
+        assert outcome.error is not None
+        self.assertEqual(outcome.error.kind, "validation")
+        self.assertEqual(outcome.error.message, "invalid arguments for send_email: to: Invalid email address; subject: Invalid input: expected string, received number")
+        record = fake.status["toolCalls"][0]
+        self.assertEqual((record["state"], record["error"]["message"]), ("Failed", outcome.error.message))
+        self.assertNotIn("ExecutingTool", [p["status"]["heartbeat"]["state"] for p in fake.patches])
+
+    def test_keys_by_step_and_position(self) -> None:
+        fake = self.fake()
+        sandbox = self.start(fake)
+        a = sandbox.tool("t", {"x": 1}, lambda a, c: 1, idempotent=True)
+        b = sandbox.tool("t", {"x": 1}, lambda a, c: 1, idempotent=True)
+        self.assertNotEqual(a.idempotency_key, b.idempotency_key)
+        self.assertEqual(a.idempotency_key, idempotency_key("uid-r", 1, 0, "t", args_hash({"x": 1})))
+        self.assertEqual(b.idempotency_key, idempotency_key("uid-r", 1, 1, "t", args_hash({"x": 1})))
+        self.assertEqual(sandbox.step, 1)
+        sandbox.save_checkpoint(1, {"n": 1})
+        self.assertEqual(sandbox.step, 2)
+        self.assertEqual(fake.status["checkpoint"], {"step": 1, "data": {"n": 1}})
+        c = sandbox.tool("t", {"x": 1}, lambda a, c: 1, idempotent=True)
+        self.assertEqual(c.idempotency_key, idempotency_key("uid-r", 2, 0, "t", args_hash({"x": 1})))
+
+    def test_writes_the_whole_bounded_list_every_time_newest_last(self) -> None:
+        fake = self.fake()
+        sandbox = self.start(fake, max_tool_calls=5)
+        for i in range(8):
+            sandbox.tool("t", {"i": i}, lambda a, c: a["i"], idempotent=True)
+        self.assertEqual([c["result"] for c in fake.status["toolCalls"]], ["3", "4", "5", "6", "7"])
+        self.assertEqual(len(fake.patches[-1]["status"]["toolCalls"]), 5)
+
+    def test_trims_what_earlier_attempts_left(self) -> None:
+        calls = [{"id": f"a1-{i}", "name": "t", "argsHash": "h", "state": "Succeeded", "attempt": 1} for i in range(40)]
+        calls.insert(30, {"id": "bogus", "state": "Started"})  # malformed: dropped alone
+        fake = self.fake({"attempt": 2, "toolCalls": calls})
+        sandbox = self.start(fake, attempt=2)
+        self.assertEqual(len(sandbox.calls), 32)
+        self.assertEqual(len(fake.patches[0]["status"]["toolCalls"]), 32)
+        self.assertEqual(fake.status["toolCalls"][-1]["id"], "a1-39")
+        self.assertNotIn("bogus", [c["id"] for c in sandbox.calls])
+
+
+class ReplayTest(SandboxTestCase):
+    def second_attempt(self, fake: FakeApiServer, first: Callable[[Sandbox], None]) -> Sandbox:
+        one = self.start(fake)
+        first(one)
+        one.abandon()
+        fake.operator({"attempt": 2, "phase": "Starting"})
+        return self.start(fake, attempt=2)
+
+    def test_returns_the_saved_result_of_a_call_that_succeeded_without_running_it(self) -> None:
+        fake = self.fake()
+        two = self.second_attempt(fake, lambda s: s.tool("lookup", {"q": "x"}, lambda a, c: {"found": "it"}, idempotent=True))
+        ran: list[Any] = []
+        outcome = two.tool("lookup", {"q": "x"}, lambda a, c: ran.append(a), idempotent=True)
+        self.assertEqual(ran, [])
+        self.assertEqual((outcome.ok, outcome.replayed, outcome.value), (True, True, {"found": "it"}))
+        self.assertEqual(outcome.call_id, "a1-1")
+        self.assertEqual([c["attempt"] for c in fake.status["toolCalls"]], [1])
+
+    def unfinished(self, fake: FakeApiServer, name: str, args: dict[str, Any], idempotent: bool) -> tuple[Sandbox, dict[str, str]]:
+        first: dict[str, str] = {}
+        release = threading.Event()
+
+        def dies_while_running(a: Any, ctx: Any) -> None:
+            first["key"] = ctx.idempotency_key
+            release.wait(10)  # the process dies while the tool runs
+
+        def run(s: Sandbox) -> None:
+            Background(lambda: s.tool(name, args, dies_while_running, idempotent=idempotent))
+            eventually(lambda: "key" in first, what="the tool to start")
+
+        two = self.second_attempt(fake, run)
+        release.set()
+        return two, first
+
+    def test_reruns_an_unfinished_idempotent_call_with_the_same_key(self) -> None:
+        fake = self.fake()
+        two, first = self.unfinished(fake, "send", {"to": "a"}, idempotent=True)
+        seen: list[tuple[str, bool]] = []
+        outcome = two.tool("send", {"to": "a"}, lambda a, ctx: seen.append((ctx.idempotency_key, ctx.rerun)) or "sent", idempotent=True)
+        self.assertEqual(seen, [(first["key"], True)])
+        self.assertEqual((outcome.ok, outcome.replayed, outcome.value), (True, False, "sent"))
+        records = [(c["attempt"], c["state"], c["idempotencyKey"] == first["key"]) for c in fake.status["toolCalls"]]
+        self.assertEqual(records, [(1, "Started", True), (2, "Succeeded", True)])
+
+    def test_refuses_an_unfinished_non_idempotent_call(self) -> None:
+        fake = self.fake()
+        two, _ = self.unfinished(fake, "charge", {"cents": 100}, idempotent=False)
+        ran: list[Any] = []
+        with self.assertRaises(UnconfirmedSideEffectError) as caught:
+            two.tool("charge", {"cents": 100}, lambda a, c: ran.append(a))
+        self.assertEqual(ran, [])
+        self.assertEqual(caught.exception.call["name"], "charge")
+        self.assertEqual([c["state"] for c in fake.status["toolCalls"]], ["Started"])
+
+    def test_reports_instead_of_refusing_once_a_person_resumed_the_run(self) -> None:
+        key = idempotency_key("uid-r", 1, 0, "charge", args_hash({}))
+        started = {"id": "a1-1", "name": "charge", "argsHash": args_hash({}), "idempotencyKey": key, "state": "Started", "attempt": 1, "idempotent": False}
+        fake = self.fake({"attempt": 2, "toolCalls": [started], "toolCallsResetAfter": "a1-1"})
+        two = self.start(fake, attempt=2)
+        ran: list[Any] = []
+        outcome = two.tool("charge", {}, lambda a, c: ran.append(a))
+        assert outcome.error is not None
+        self.assertEqual((outcome.ok, outcome.error.kind, ran), (False, "unconfirmed", []))
+
+    def test_exits_with_the_unconfirmed_side_effect_code(self) -> None:
+        # Attempt 1 started t({}) as the first call of step 1 and died; attempt 2 makes the same
+        # call. The record is the one the TypeScript SDK writes (its key from ts_fixtures).
+        ts = next(c for c in KEY_CASES if c[0] == "uid-r" and c[3] == "t")
+        started = {"id": "a1-1", "name": "t", "argsHash": ts[5], "idempotencyKey": ts[6], "state": "Started", "attempt": 1, "idempotent": False}
+        fake = self.fake({"attempt": 2, "toolCalls": [started]})
+        ran: list[Any] = []
+        code, exits = self.run_agent(fake, lambda s: s.tool("t", {}, lambda a, c: ran.append(a)), attempt=2)
+        self.assertEqual((code, exits, ran), (ExitCode.UNCONFIRMED_SIDE_EFFECT, [3], []))
+
+    def test_resumes_from_the_checkpoint_and_shows_why_the_last_attempt_ended(self) -> None:
+        fake = self.fake()
+        two = self.second_attempt(fake, lambda s: s.save_checkpoint(3, {"notes": ["a"]}))
+        self.assertEqual(two.load_checkpoint(), {"step": 3, "data": {"notes": ["a"]}})
+        self.assertEqual(two.step, 4)
+        two.abandon()
+        fake.operator({"attempt": 3, "lastFailure": {"reason": "PodFailed", "message": "exit code 1", "time": "2026-11-30T12:00:00Z", "attempt": 2}})
+        three = self.start(fake, attempt=3)
+        assert three.last_failure is not None
+        self.assertEqual((three.last_failure["reason"], three.last_failure["message"]), ("PodFailed", "exit code 1"))
+
+
+class NudgeTest(SandboxTestCase):
+    def test_delivers_each_new_nudge_once_through_the_watch_and_ignores_the_one_standing_at_start(self) -> None:
+        fake = self.fake({"stall": {"state": "Fired", "nudges": 1, "lastNudge": {"time": "2026-11-30T11:59:55Z", "message": "old"}}})
+        got: list[str] = []
+        sandbox = self.start(fake, on_nudge=lambda n: got.append(n.message))
+        waiting = Background(lambda: sandbox.next_nudge(timeout=10))
+        fake.operator({"phase": "Planning"})
+        time.sleep(0.2)
+        self.assertEqual(got, [])
+        fake.operator({"stall": {"state": "Fired", "nudges": 2, "lastNudge": {"time": "2026-11-30T12:00:01Z", "message": "wake up"}}})
+        nudge = waiting.join()
+        self.assertEqual((nudge.message, nudge.count), ("wake up", 2))
+        fake.operator({"phase": "Planning", "reason": "again"})
+        sandbox.say("still here")  # our own write is a watch event too
+        time.sleep(0.3)
+        self.assertEqual(got, ["wake up"])
+        self.assertEqual([e.text for e in sandbox.transcript if e.kind == "nudge"], ["wake up"])
+
+    def test_a_dropped_watch_is_reestablished(self) -> None:
+        fake = self.fake()
+        got: list[str] = []
+        sandbox = self.start(fake, on_nudge=lambda n: got.append(n.message))
+        fake.drop_watches()
+        fake.operator({"stall": {"state": "Fired", "nudges": 1, "lastNudge": {"time": "2026-11-30T12:00:01Z", "message": "after a reconnect"}}})
+        eventually(lambda: got == ["after a reconnect"], what="the nudge after the reconnect")
+        self.assertGreaterEqual(sandbox.stats().watch_restarts, 1)
+
+
+class FencingTest(SandboxTestCase):
+    def test_stops_the_agent_and_all_writes_when_the_attempt_moves_on(self) -> None:
+        fake = self.fake()
+        fenced: list[str] = []
+        sandbox = self.start(fake, on_fenced=fenced.append)
+        in_tool = threading.Event()
+        tool_saw_abort: list[bool] = []
+
+        def slow(args: Any, ctx: Any) -> str:
+            in_tool.set()
+            tool_saw_abort.append(ctx.signal.wait(10))
+            return "finished anyway"
+
+        running = Background(lambda: sandbox.tool("slow", {}, slow, idempotent=True))
+        in_tool.wait(10)
+        writes = len(fake.patches)
+        fake.operator({"attempt": 2, "phase": "Queued"})
+        with self.assertRaises(FencedError):
+            running.join()
+        self.assertEqual(fenced, ["attempt 1 was superseded by attempt 2"])
+        self.assertEqual(tool_saw_abort, [True])
+        self.assertTrue(sandbox.signal.aborted)
+        self.assertEqual(sandbox.fenced, "attempt 1 was superseded by attempt 2")
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            sandbox.progress()
+            time.sleep(0.05)
+        self.assertEqual(len(fake.patches), writes)  # not even the tool's result
+        with self.assertRaises(FencedError):
+            sandbox.say("still here?")
+        with self.assertRaises(FencedError):
+            sandbox.save_checkpoint(2)
+
+    def test_stops_when_the_operator_stops_the_run_or_it_is_deleted(self) -> None:
+        fake = self.fake()
+        sandbox = self.start(fake)
+        fake.operator({"phase": "NeedsHumanIntervention"})
+        eventually(lambda: sandbox.fenced is not None, what="fencing")
+        self.assertEqual(sandbox.fenced, "the run is NeedsHumanIntervention")
+
+        other = self.fake()
+        deleted = self.start(other)
+        other.delete()
+        eventually(lambda: deleted.fenced is not None, what="fencing")
+        self.assertEqual(deleted.fenced, "the run was deleted")
+
+    def test_run_agent_aborts_an_agent_busy_in_its_own_code(self) -> None:
+        fake = self.fake()
+        reached: list[str] = []
+
+        def main(s: Sandbox) -> None:
+            s.save_checkpoint(1)
+            fake.operator({"attempt": 2, "phase": "Queued"})
+            deadline = time.monotonic() + 10
+            n = 0
+            while time.monotonic() < deadline:  # pure Python work that never asks the SDK
+                n += 1
+            reached.append("the end")  # never: FencedError is raised into this loop
+
+        code, exits = self.run_agent(fake, main)
+        self.assertEqual((code, exits, reached), (ExitCode.FENCED, [4], []))
+
+    def test_run_agent_exits_as_fenced_when_the_agent_stops_on_the_signal(self) -> None:
+        fake = self.fake()
+
+        def main(s: Sandbox) -> None:
+            fake.operator({"attempt": 2})
+            if s.signal.wait(10):
+                raise RuntimeError("aborted by the agent's own code")
+
+        code, exits = self.run_agent(fake, main, interrupt_on_fence=False)
+        self.assertEqual((code, exits), (ExitCode.FENCED, [4]))
+
+
+class ApprovalTest(SandboxTestCase):
+    def test_asks_with_a_checkpoint_reports_awaiting_reply_and_returns_the_answer(self) -> None:
+        fake = self.fake({"phase": "Planning"})
+        sandbox = self.start(fake)
+        answer = Background(lambda: sandbox.await_approval("Deploy?", {"step": 2, "data": {"v": 2}}))
+        fake.wait_for(lambda: fake.run["status"]["heartbeat"]["state"] == "AwaitingReply", what="AwaitingReply")
+        checkpoint = fake.status["checkpoint"]
+        self.assertEqual(checkpoint["step"], 2)
+        self.assertEqual(checkpoint["data"]["data"], {"v": 2})
+        self.assertEqual(checkpoint["data"]["watchdog.dev/approval-request"]["question"], "Deploy?")
+        fake.operator({"phase": "AwaitingReply", "approval": {"id": "req-1", "state": "Pending", "requestedAt": "2026-11-30T12:00:00Z"}})
+        time.sleep(0.3)
+        self.assertFalse(answer.done)
+        fake.operator({"approval": {"state": "Approved", "answer": "go", "decidedAt": "2026-11-30T12:00:10Z"}})
+        self.assertEqual(answer.join(), "go")
+        self.assertEqual(fake.status["heartbeat"]["state"], "Planning")
+        self.assertEqual(sandbox.load_checkpoint(), {"step": 2, "data": {"v": 2}})
+
+    def test_in_a_new_attempt_answers_from_the_approval_found_at_start_without_asking_again(self) -> None:
+        fake = self.fake({
+            "attempt": 2,
+            "approval": {"id": "req-1", "state": "Approved", "requestedAt": "2026-11-30T11:59:00Z", "decidedAt": "2026-11-30T11:59:59Z", "answer": "ship it"},
+            "checkpoint": {"step": 1, "data": {"watchdog.dev/approval-request": {"question": "Deploy?", "askedAt": "2026-11-30T11:58:59Z"}, "data": {"v": 2}}},
+        })
+        sandbox = self.start(fake, attempt=2)
+        pending = sandbox.pending_approval
+        assert pending is not None
+        self.assertEqual((pending.question, pending.outcome.state, pending.outcome.answer), ("Deploy?", "Approved", "ship it"))
+        self.assertEqual(sandbox.load_checkpoint(), {"step": 1, "data": {"v": 2}})
+        self.assertEqual(sandbox.await_approval("Deploy?", {"step": 1, "data": {"v": 2}}), "ship it")
+        self.assertNotIn("AwaitingReply", [p["status"]["heartbeat"]["state"] for p in fake.patches])
+
+    def test_does_not_take_the_answer_to_an_earlier_question(self) -> None:
+        earlier = {"id": "req-1", "state": "Approved", "requestedAt": "2026-11-30T11:59:00Z", "decidedAt": "2026-11-30T11:59:10Z", "answer": "yes to the first"}
+        fake = self.fake({"phase": "Planning", "approval": earlier})
+        sandbox = self.start(fake)
+        pending = sandbox.request_approval("Second question?")
+        self.assertEqual(fake.status["heartbeat"]["state"], "AwaitingReply")
+        with self.assertRaises(TimeoutError):
+            sandbox.wait_for_approval(pending, timeout=0.5)
+        fake.operator({"phase": "AwaitingReply", "approval": {"id": "req-2", "state": "Pending", "requestedAt": "2026-11-30T12:00:05Z", "answer": None, "decidedAt": None}})
+        fake.operator({"approval": {"state": "Approved", "answer": "yes to the second", "decidedAt": "2026-11-30T12:00:06Z"}})
+        self.assertEqual(sandbox.wait_for_approval(pending, timeout=10), "yes to the second")
+
+    def test_waits_for_the_operator_to_close_the_previous_request_before_asking(self) -> None:
+        fake = self.fake({"phase": "AwaitingReply"})
+        sandbox = self.start(fake)
+        asked = Background(lambda: sandbox.request_approval("Next?"))
+        time.sleep(0.3)
+        self.assertFalse(asked.done)
+        fake.operator({"phase": "Planning"})
+        asked.join()
+        self.assertEqual(fake.status["heartbeat"]["state"], "AwaitingReply")
+
+    def test_ends_with_the_rejection_and_its_exit_code(self) -> None:
+        fake = self.fake({"phase": "Planning"})
+        sandbox = self.start(fake)
+        answer = Background(lambda: sandbox.await_approval("Deploy?"))
+        fake.wait_for(lambda: fake.run["status"]["heartbeat"]["state"] == "AwaitingReply", what="AwaitingReply")
+        fake.operator({"phase": "Failed", "approval": {"state": "Rejected", "requestedAt": "2026-11-30T12:00:00Z", "reason": "not today", "decidedAt": "2026-11-30T12:00:01Z"}})
+        with self.assertRaisesRegex(ApprovalDeniedError, "approval rejected: not today"):
+            answer.join()
+
+        other = self.fake({"phase": "Planning"})
+
+        def main(s: Sandbox) -> None:
+            pending = s.request_approval("Deploy?")
+            other.operator({"phase": "Failed", "approval": {"state": "Rejected", "requestedAt": "2026-11-30T12:00:00Z", "decidedAt": "2026-11-30T12:00:00Z"}})
+            s.wait_for_approval(pending)
+
+        code, exits = self.run_agent(other, main)
+        self.assertEqual((code, exits), (ExitCode.APPROVAL_DENIED, [5]))
+
+    def test_a_released_pod_is_fenced_while_it_waits(self) -> None:
+        fake = self.fake({"phase": "Planning"})
+        sandbox = self.start(fake)
+        answer = Background(lambda: sandbox.await_approval("Deploy?"))
+        fake.wait_for(lambda: fake.run["status"]["heartbeat"]["state"] == "AwaitingReply", what="AwaitingReply")
+        fake.operator({"phase": "AwaitingReply", "approval": {"state": "Pending", "requestedAt": "2026-11-30T12:00:00Z"}})
+        fake.operator({"attempt": 2, "phase": "AwaitingReply"})  # released: the next attempt gets the answer
+        with self.assertRaises(FencedError):
+            answer.join()
+
+
+class EndingTest(SandboxTestCase):
+    def test_exits_0_when_the_work_returns_after_flushing_what_it_reported(self) -> None:
+        fake = self.fake()
+        code, exits = self.run_agent(fake, lambda s: s.say("bye", wait=False))
+        self.assertEqual((code, exits), (0, [0]))
+        self.assertEqual(fake.status["heartbeat"]["activity"]["kind"], "text")
+
+    def test_exits_non_zero_with_a_code_that_says_why(self) -> None:
+        def boom(s: Sandbox) -> None:
+            raise RuntimeError("boom")
+
+        self.assertEqual(self.run_agent(self.fake(), boom), (ExitCode.FAILED, [1]))
+        self.assertEqual(self.run_agent(self.fake(), lambda s: exit(7)), (7, [7]))
+        self.assertEqual(self.run_agent(self.fake(), lambda s: exit(0)), (0, [0]))
+
+    def test_exits_2_outside_a_sandbox(self) -> None:
+        exits: list[int] = []
+        self.assertEqual(run_agent(lambda s: None, env={}, exit=exits.append, logger=SILENT), ExitCode.CONFIG)
+        self.assertEqual(exits, [2])
+
+    def test_leaves_the_failure_message_for_the_kubelet_only_in_a_file_that_exists(self) -> None:
+        directory = tempfile.mkdtemp()
+        self.addCleanup(lambda: __import__("shutil").rmtree(directory, ignore_errors=True))
+        existing = os.path.join(directory, "termination-log")
+        with open(existing, "w") as f:
+            f.write("x" * 100)
+        missing = os.path.join(directory, "absent")
+
+        def out_of_tokens(s: Sandbox) -> None:
+            raise RuntimeError("out of tokens")
+
+        for path in (existing, missing):
+            self.run_agent(self.fake(), out_of_tokens, termination_log_path=path)
+        with open(existing) as f:
+            self.assertEqual(f.read(), "RuntimeError: out of tokens")
+        self.assertFalse(os.path.exists(missing))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -2,7 +2,7 @@
 // validated with zod so that a bad value stops the operator at start with a clear message.
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
-import { parse as parseYaml } from "yaml";
+import { parseYaml } from "../kube/connection.ts";
 import { z } from "zod";
 import { DURATION_PATTERN, parseDuration } from "../api/duration.ts";
 import { InstallDefaults } from "../api/defaults.ts";
@@ -100,6 +100,7 @@ export function parseOptions(argv: string[], env: NodeJS.ProcessEnv): OperatorOp
   let defaults: unknown = {};
   const defaultsFile = values["defaults-file"] as string | undefined;
   try {
+    // The YAML parser is loaded only for a defaults file: an operator without one never pays for it.
     if (defaultsFile) defaults = parseYaml(readFileSync(defaultsFile, "utf8")) ?? {};
     else if (env.WATCHDOG_DEFAULTS) defaults = JSON.parse(env.WATCHDOG_DEFAULTS);
   } catch (err) {

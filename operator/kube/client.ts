@@ -49,6 +49,9 @@ export type RequestObserver = (method: string, code: number, ms: number) => void
  */
 const CREDENTIALS_TTL_MS = 60_000;
 
+/** How the API server's audit log and metrics name this client. */
+export const USER_AGENT = "agent-watchdog";
+
 const isKubeConfig = (source: unknown): source is KubeConfig => typeof (source as KubeConfig | undefined)?.getCurrentCluster === "function";
 
 /** An error that ends a watch: the HTTP status (statusCode) when the server refused it. */
@@ -120,7 +123,7 @@ export class KubeClient {
     try {
       let response: IncomingMessage;
       for (let retry = 0; ; retry++) {
-        const headers: Record<string, string> = { Accept: "application/json", ...(await this.authorize(retry > 0)) };
+        const headers: Record<string, string> = { Accept: "application/json", "User-Agent": USER_AGENT, ...(await this.authorize(retry > 0)) };
         if (body !== undefined) headers["Content-Type"] = options.contentType ?? "application/json";
         response = await this.send(method, url, headers, body, signal);
         if (response.statusCode !== 401 || retry > 0 || !this.connection.authorization) break;
@@ -180,7 +183,7 @@ export class KubeClient {
     const url = this.url(path, { ...query, watch: true });
     let response: IncomingMessage;
     for (let retry = 0; ; retry++) {
-      response = await this.send("GET", url, { Accept: "application/json", ...(await this.authorize(retry > 0)) }, undefined, controller.signal);
+      response = await this.send("GET", url, { Accept: "application/json", "User-Agent": USER_AGENT, ...(await this.authorize(retry > 0)) }, undefined, controller.signal);
       if (response.statusCode !== 401 || retry > 0 || !this.connection.authorization) break;
       response.resume();
     }

@@ -5,10 +5,14 @@
 // Credentials that need a plugin (exec, auth-provider) still go through client-node, loaded only
 // then.
 import { existsSync, readFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import type { KubeConfig } from "@kubernetes/client-node";
-import { parse } from "yaml";
+import type * as Yaml from "yaml";
+
+/** The YAML parser (some 13 MiB resident), loaded only to read a kubeconfig, never in a pod. */
+export const parseYaml = (text: string): unknown => (createRequire(import.meta.url)("yaml") as typeof Yaml).parse(text);
 
 export interface Connection {
   /** https://host:port, without a trailing slash. */
@@ -74,7 +78,7 @@ function viaClientNode(load: () => Promise<KubeConfig>, server: string): Connect
 
 /** The connection of a kubeconfig file's current context. */
 export function fromKubeconfigFile(path: string): Connection {
-  const config = (parse(readFileSync(path, "utf8")) ?? {}) as KubeconfigFile;
+  const config = (parseYaml(readFileSync(path, "utf8")) ?? {}) as KubeconfigFile;
   const dir = join(path, "..");
   const context = config.contexts?.find((c) => c.name === config["current-context"])?.context;
   if (!context) throw new Error(`${path}: no current context`);

@@ -2,7 +2,7 @@
 //
 // Starts N runs against the local control plane and a real operator process, heartbeats them the
 // way the sandbox SDK does, then stops each run's heartbeats at a known time. It prints:
-// - deadline -> pod deletion latency (p50, p99, max), observed from a watch on the pods;
+// - deadline -> pod deletion request latency (p50, p99, max), observed from a watch on the pods;
 // - the operator's API writes per heartbeat, from its own rest_client_requests_total;
 // - the operator's RSS.
 //
@@ -14,6 +14,7 @@ import { readFileSync } from "node:fs";
 import { freePort } from "../../hack/lib/free-port.ts";
 import { parseArgs } from "node:util";
 import { parseDuration } from "../../operator/api/duration.ts";
+import { LABELS } from "../../operator/api/annotations.ts";
 import { paths, type Json } from "../../operator/kube/client.ts";
 import { clientFor, controlPlaneUp, operatorWrites as writes, percentile, pool, root, until } from "./lib.ts";
 
@@ -121,8 +122,13 @@ async function main(): Promise<void> {
       paths.pods(ns),
       {},
       (type, pod) => {
-        const name = (pod.metadata as { name: string }).name;
-        if (type === "DELETED" && !deletedAt.has(name)) deletedAt.set(name, Date.now());
+        // Keyed by run and attempt: a sandbox pod's name also carries part of its run's uid.
+        const labels = (pod.metadata as { labels?: Record<string, string> }).labels ?? {};
+        const name = `${labels[LABELS.run]}-${labels[LABELS.attempt]}`;
+        // The deletion request is what the watchdog controls; how long the node takes to stop
+        // the containers after it is the kubelet's.
+        const deleting = type === "DELETED" || Boolean((pod.metadata as { deletionTimestamp?: string }).deletionTimestamp);
+        if (deleting && !deletedAt.has(name)) deletedAt.set(name, Date.now());
       },
       () => {},
       600_000,

@@ -43,8 +43,16 @@ export class Written {
     this.runs.set(key, { object: run, at: now });
   }
 
+  /**
+   * Pods whose deletion the watch has shown, by uid: the answer to a write can arrive after the
+   * watch event that ends the pod (a pod with no node goes at once), and must not bring it back.
+   */
+  private readonly gone = new Map<string, number>();
+
   /** Remembers a pod as a create or delete returned it. */
   pod(key: string, pod: Json, now = Date.now()): void {
+    const uid = (pod.metadata as { uid?: string }).uid;
+    if (uid && this.gone.has(uid)) return;
     let pods = this.pods.get(key);
     if (!pods) this.pods.set(key, (pods = new Map()));
     pods.set(nameOf(pod), { object: pod, at: now });
@@ -81,11 +89,16 @@ export class Written {
   }
 
   /** A pod's deletion was seen: a stand-in for it (the same uid) would bring it back. */
-  podGone(key: string, pod: Json): void {
+  podGone(key: string, pod: Json, now = Date.now()): void {
+    const uid = (o: Json) => (o.metadata as { uid?: string }).uid;
+    const goneUid = uid(pod);
+    if (goneUid) {
+      this.gone.set(goneUid, now);
+      for (const [u, at] of this.gone) if (now - at > WRITTEN_TTL_MS) this.gone.delete(u);
+    }
     const entries = this.pods.get(key);
     const entry = entries?.get(nameOf(pod));
-    const uid = (o: Json) => (o.metadata as { uid?: string }).uid;
-    if (entry && uid(entry.object) === uid(pod)) entries?.delete(nameOf(pod));
+    if (entry && uid(entry.object) === goneUid) entries?.delete(nameOf(pod));
     if (entries?.size === 0) this.pods.delete(key);
   }
 

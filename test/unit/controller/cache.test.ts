@@ -44,6 +44,16 @@ describe("Written", () => {
     expect(written.currentPods("ns/r", [], 2)).toHaveLength(0);
   });
 
+  it("never brings back a pod whose deletion the watch showed before the write's answer came", () => {
+    const written = new Written();
+    written.podGone("ns/r", pod("r-1", "40", "u1"), 0);
+    written.pod("ns/r", pod("r-1", "39", "u1", { deletionTimestamp: "2026-12-01T00:00:00Z" }), 1);
+    expect(written.currentPods("ns/r", [], 2)).toHaveLength(0);
+    // a new pod of the same name is another uid
+    written.pod("ns/r", pod("r-1", "41", "u2"), 3);
+    expect(written.currentPods("ns/r", [], 4)).toHaveLength(1);
+  });
+
   it("compares resource versions as numbers, and trusts the cache when they are not", () => {
     expect(caughtUp(run("9"), run("10"))).toBe(false);
     expect(caughtUp(run("100"), run("99"))).toBe(true);

@@ -38,7 +38,16 @@ export class ContainerdView {
     for (const id of (await this.ctr(["containers", "ls", "--quiet"])).split("\n").filter(Boolean)) {
       let labels = this.labels.get(id);
       if (!labels) {
-        labels = ((JSON.parse(await this.ctr(["containers", "info", id])) as { Labels?: Record<string, string> }).Labels ?? {}) as Record<string, string>;
+        let info: string;
+        try {
+          info = await this.ctr(["containers", "info", id]);
+        } catch (err) {
+          // Removed between the list and this read (the kubelet collects old containers): it
+          // runs nothing any more.
+          if (/not found/.test(String(err))) continue;
+          throw err;
+        }
+        labels = ((JSON.parse(info) as { Labels?: Record<string, string> }).Labels ?? {}) as Record<string, string>;
         this.labels.set(id, labels);
       }
       const container = labels["io.kubernetes.container.name"];

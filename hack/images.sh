@@ -3,7 +3,7 @@
 # on local stand-ins for the Dockerfile's base images, all from Debian's packages and the pinned
 # Node 24 binary (the `node` devDependency); then imported into the real node's containerd.
 #
-# Usage: hack/images.sh [--no-import] [--size]
+# Usage: hack/images.sh [--no-import] [--size] [--python-example]
 #
 #   (default)    build what is missing (cached by the hash of its inputs), import the image into
 #                the real node of the cluster in AGENT_WATCHDOG_STATE when one runs
@@ -11,6 +11,9 @@
 #                the samples use), and print the project image's reference
 #   --no-import  build only
 #   --size       also print the project image's size in bytes on a second line
+#   --python-example
+#                build the Python SDK's example agent image instead (operator/python/Dockerfile),
+#                import it the same way, and print its reference
 #
 # The builder is Debian's buildah, with its own storage under the cache root, chroot isolation and
 # no network: nothing is pulled from anywhere, and the machine's own image stores are not touched.
@@ -23,6 +26,8 @@
 #                                            glibc, libstdc++, the CA bundle, tzdata and netbase
 #                                            extracted from their .debs, the Node binary, and the
 #                                            nonroot user 65532: no shell, no package manager
+#   python:3.11-slim-bookworm                Debian bookworm minbase with its python3 (3.11), for
+#                                            the Python example agent
 #
 # Environment:
 #   AGENT_WATCHDOG_CACHE  cache root (default ~/.cache/agent-watchdog): images/ holds buildah's
@@ -44,6 +49,8 @@ NODE_BIN="$ROOT_DIR/node_modules/node/bin/node"
 DEPS_BASE=docker.io/library/node:24.21.0-bookworm-slim
 RUNTIME_BASE=gcr.io/distroless/nodejs24-debian12:nonroot
 PROJECT_REPO=localhost/agent-watchdog
+PYTHON_BASE=docker.io/library/python:3.11-slim-bookworm
+PYTHON_EXAMPLE_REPO=localhost/agent-watchdog-python-example
 # The .debs of the distroless stand-in (what distroless's cc and nodejs images hold).
 RUNTIME_DEBS=(libc6 libgcc-s1 libstdc++6 gcc-12-base ca-certificates tzdata netbase)
 
@@ -189,6 +196,47 @@ build_runtime_base() {
 	aw_log "built $RUNTIME_BASE in $(aw_since "$start")"
 }
 
+build_python_base() {
+	local hash work start
+	hash="$(recipe_hash python "$(sed -n '/^build_python_base()/,/^}/p' "${BASH_SOURCE[0]}" | sha256sum)")"
+	base_current "$PYTHON_BASE" "$hash" && return 0
+	start="$(aw_now_ms)"
+	aw_log "building the stand-in for $PYTHON_BASE (Debian bookworm minbase, python3)"
+	work="$(workdir)"
+	mkdir -p "$work/rootfs"
+	mmdebstrap --quiet --variant=minbase --include=python3,ca-certificates --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
+		--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
+		--dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-include=/usr/share/locale/locale.alias' \
+		bookworm "$work/rootfs" >&2 || aw_die "mmdebstrap failed"
+	rm -rf "$work/rootfs/var/cache/apt/"* "$work/rootfs/var/lib/apt/lists/"*
+	commit_rootfs "$PYTHON_BASE" "$work/rootfs" --annotation "org.agent-watchdog.recipe=$hash" \
+		--env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --env LANG=C.UTF-8 --cmd python3
+	aw_log "built $PYTHON_BASE in $(aw_since "$start")"
+}
+
+# The Python example's image, tagged by the hash of what its build reads.
+python_example_ref() {
+	local hash
+	hash="$(
+		cd "$ROOT_DIR/operator/python"
+		{
+			find Dockerfile .dockerignore example_agent.py agent_watchdog -type f -not -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum
+			bah inspect --type image --format '{{.FromImageID}}' "$PYTHON_BASE"
+		} | sha256sum | cut -c1-12
+	)"
+	printf '%s:%s\n' "$PYTHON_EXAMPLE_REPO" "$hash"
+}
+
+build_python_example() {
+	local ref=$1 start
+	image_exists "$ref" && return 0
+	start="$(aw_now_ms)"
+	aw_log "building $ref from operator/python/Dockerfile"
+	bah bud --quiet --signature-policy "$IMAGES_DIR/policy.json" --pull=never --isolation oci --network none --layers \
+		--tag "$ref" --file "$ROOT_DIR/operator/python/Dockerfile" "$ROOT_DIR/operator/python" >&2 || aw_die "building $ref failed"
+	aw_log "built $ref in $(aw_since "$start")"
+}
+
 # The project image's tag: its version and the hash of everything the build reads.
 project_tag() {
 	local version hash
@@ -262,6 +310,7 @@ import_into_node() {
 		aw_log "imported $ref into the node in $(aw_since "$start")"
 	fi
 	# The name the samples and the README use (agent-watchdog:<version>) names this build too.
+	[[ "$ref" == "$PROJECT_REPO:"* ]] || return 0
 	local alias="docker.io/library/agent-watchdog:${ref##*:}"
 	alias="${alias%-*}"
 	ctr --address "$sock" --namespace k8s.io images tag --force "$ref" "$alias" >/dev/null ||
@@ -284,10 +333,11 @@ prune_project_images() {
 }
 
 main() {
-	local import=1 size=0 arg
+	local import=1 size=0 python=0 arg
 	for arg in "$@"; do
 		case "$arg" in
 		--no-import) import=0 ;;
+		--python-example) python=1 ;;
 		--size) size=1 ;;
 		-h | --help)
 			aw_usage "${BASH_SOURCE[0]}"
@@ -305,6 +355,16 @@ main() {
 	mkdir -p "$IMAGES_DIR" "$(aw_state_root)/buildah-run"
 	aw_lock "$IMAGES_DIR/.lock" 8
 	write_config
+	if ((python)); then
+		build_python_base
+		local python_ref
+		python_ref="$(python_example_ref)"
+		build_python_example "$python_ref"
+		((import)) && import_into_node "$python_ref"
+		printf '%s\n' "$python_ref"
+		((size)) && image_size "$python_ref"
+		return 0
+	fi
 	build_deps_base
 	build_runtime_base
 	local ref

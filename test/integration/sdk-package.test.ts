@@ -3,7 +3,7 @@
 // as a local process with the environment a sandbox pod gets, against the real API server and a
 // real operator process. No kubelet runs, so the test plays it around the agent's process.
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -102,6 +102,17 @@ describe("the SDK as an npm package", () => {
     expect(existsSync(join(pkg, "dist/sandbox/index.js"))).toBe(true);
     expect(existsSync(join(pkg, "dist/sandbox/index.d.ts"))).toBe(true);
     expect(existsSync(join(pkg, "dist/sandbox/index.ts"))).toBe(false);
+    // The framework adapters are subpath exports, compiled the same way, their frameworks optional
+    // peers: the agent above runs with none installed; with MCP's SDK beside it, its adapter loads.
+    for (const adapter of ["ai", "langchain", "openai-agents", "mcp"]) {
+      expect(existsSync(join(pkg, `dist/sandbox/adapters/${adapter}.js`)), adapter).toBe(true);
+      expect(existsSync(join(pkg, `dist/sandbox/adapters/${adapter}.d.ts`)), adapter).toBe(true);
+    }
+    const mcpVersion = JSON.parse(readFileSync(join(root, "package.json"), "utf8")).devDependencies["@modelcontextprotocol/sdk"];
+    const peer = await exec("npm", ["install", "--no-audit", "--no-fund", "--prefer-offline", `@modelcontextprotocol/sdk@${mcpVersion}`], app, npmEnv, 240_000);
+    expect(peer.code, peer.stderr).toBe(0);
+    const loaded = await exec(process.execPath, ["--input-type=module", "-e", 'const m = await import("@agent-watchdog/sandbox/mcp"); console.log(typeof m.watchdogClient);'], app, npmEnv, 60_000);
+    expect(loaded.stdout.trim(), loaded.stderr).toBe("function");
     writeFileSync(join(app, "agent.mjs"), AGENT);
 
     await createRun(client, ns, runManifest("packaged", { heartbeatTimeout: "30s" }, { goal: "the weather" }));

@@ -157,10 +157,18 @@ describe("the entrypoint, outside a container", () => {
 });
 
 /** Every package the operator's sources import at run time (type-only imports are erased). */
+/**
+ * Code under operator/ that the operator's process never loads: the SDK's framework adapters and
+ * their examples (their frameworks are the agent's optional peer dependencies, in the agent's
+ * image), and the console's browser pages (bundled at build time).
+ */
+const NOT_RUNTIME = ["operator/sandbox/adapters", "operator/sandbox/examples", "operator/console/ui"].map((d) => join(root, d));
+
 function runtimeImports(dir: string): Map<string, string[]> {
   const found = new Map<string, string[]>();
   for (const entry of readdirSync(dir)) {
     const path = join(dir, entry);
+    if (NOT_RUNTIME.includes(path)) continue;
     if (statSync(path).isDirectory()) {
       for (const [name, files] of runtimeImports(path)) found.set(name, [...(found.get(name) ?? []), ...files]);
       continue;

@@ -23,8 +23,12 @@
 # Environment:
 #   AGENT_WATCHDOG_STATE  runtime state root (default $XDG_RUNTIME_DIR or /tmp,
 #                         /agent-watchdog-<uid>); this script uses <root>/postgres
-#   POSTGRES_PORT         port to use on first `up` (default 55432, or a random
-#                         free port if that one is taken)
+#   POSTGRES_PORT         port to use on first `up` (default 25432, or a random
+#                         free port if that one is taken). Outside the kernel's
+#                         ephemeral range (32768-60999 here), so that while the
+#                         server is stopped (the soak stops it) no client socket
+#                         or port-0 listener can take its port and keep it from
+#                         starting again
 #   PG_BIN                directory with initdb/pg_ctl/postgres (default: the
 #                         newest /usr/lib/postgresql/*/bin, else $PATH)
 set -euo pipefail
@@ -111,7 +115,7 @@ accepting() {
 initialize() {
 	local port
 	rm -rf "$DATA_DIR"
-	port="${POSTGRES_PORT:-55432}"
+	port="${POSTGRES_PORT:-25432}"
 	aw_port_in_use "$port" && port="$(aw_pick_port "$port")"
 	# Unix socket paths are limited to 107 bytes; fail with a clear message
 	# rather than with a server that will not start.

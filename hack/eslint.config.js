@@ -6,7 +6,7 @@ import { fileURLToPath } from "node:url";
 const root = fileURLToPath(new URL("..", import.meta.url));
 
 export default tseslint.config(
-  { ignores: ["node_modules/**", "charts/**", "crds/**", "coverage/**", "dist/**", "operator/sandbox/dist/**"] },
+  { ignores: ["node_modules/**", "charts/**", "crds/**", "coverage/**", "dist/**", "operator/sandbox/dist/**", "operator/console/ui/dist/**"] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

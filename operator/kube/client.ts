@@ -55,7 +55,7 @@ export const USER_AGENT = "agent-watchdog";
 const isKubeConfig = (source: unknown): source is KubeConfig => typeof (source as KubeConfig | undefined)?.getCurrentCluster === "function";
 
 /** An error that ends a watch: the HTTP status (statusCode) when the server refused it. */
-class WatchError extends Error {
+export class WatchError extends Error {
   readonly statusCode?: number;
   constructor(message: string, statusCode?: number, name = "WatchError") {
     super(message);

@@ -354,7 +354,7 @@ describe("kubectl agentrun against a real cluster and operator", () => {
 
   it("every run command says so when the run does not exist", async () => {
     const message = `error: agentrun "ghost" not found in namespace "${ns}"\n`;
-    for (const command of COMMANDS.filter((c) => c !== "list")) {
+    for (const command of COMMANDS.filter((c) => c !== "list" && c !== "console")) {
       expect(await agentrun([command, "ghost", "-n", ns]), command).toEqual({ code: 1, stdout: "", stderr: message });
     }
     expect(await agentrunProcess(["describe", "ghost", "-n", ns])).toEqual({ code: 1, stdout: "", stderr: message });
@@ -392,6 +392,24 @@ describe("kubectl agentrun against a real cluster and operator", () => {
       const listed = await exec("kubectl", ["agentrun", "list", "-n", ns], env, dir);
       expect(listed.code, listed.stderr).toBe(0);
       expect(row(listed.stdout, "packaged")).toMatchObject({ PHASE: "Starting", ATTEMPT: "1" });
+
+      // The console's pages are built into the package, and the installed console serves them.
+      const pkg = join(dirname(target), "../..");
+      expect(existsSync(join(pkg, "operator/console/ui/dist/index.html"))).toBe(true);
+      const served = spawn(bin, ["console", "--port", "0", "-n", ns], { env, stdio: ["ignore", "pipe", "pipe"] });
+      try {
+        let out = "";
+        served.stdout.on("data", (c: Buffer) => (out += c.toString()));
+        const link = await waitFor("the console's link", () => /http:\/\/\S+\?token=\S+/.exec(out)?.[0], { timeoutMs: 30_000 });
+        const opened = await fetch(link, { redirect: "manual" });
+        expect(opened.status).toBe(303);
+        const cookie = (opened.headers.get("set-cookie") ?? "").split(";")[0]!;
+        const page = await fetch(new URL("/", link), { headers: { cookie } });
+        expect(page.status).toBe(200);
+        expect(await page.text()).toContain("<title>");
+      } finally {
+        served.kill("SIGTERM");
+      }
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -2,7 +2,7 @@
 // before or after the subcommand, as with kubectl, but each subcommand accepts only its own.
 import { parseArgs } from "node:util";
 
-export const COMMANDS = ["list", "describe", "history", "resume", "approve", "reject", "suspend", "unsuspend"] as const;
+export const COMMANDS = ["list", "describe", "history", "resume", "approve", "reject", "suspend", "unsuspend", "console"] as const;
 export type CommandName = (typeof COMMANDS)[number];
 export type Output = "table" | "wide" | "json";
 
@@ -19,6 +19,11 @@ export interface Invocation {
   force: boolean;
   answer?: string;
   reason?: string;
+  /** approve/reject: the request the answer is for; refused if another one is pending. */
+  approvalId?: string;
+  /** console: where it listens. */
+  port?: number;
+  address?: string;
 }
 
 /** What the command line asks for: help text to print, or a command to run. */
@@ -44,6 +49,9 @@ const OPTIONS = {
   force: { type: "boolean" },
   answer: { type: "string" },
   reason: { type: "string" },
+  "approval-id": { type: "string" },
+  port: { type: "string" },
+  address: { type: "string" },
   help: { type: "boolean", short: "h" },
 } as const;
 type Flag = keyof typeof OPTIONS;
@@ -124,26 +132,30 @@ with fresh budgets. Refuses unless the run is in NeedsHumanIntervention.
   approve: {
     summary: "answer a run awaiting a reply (watchdog.dev/approve)",
     run: true,
-    flags: ["answer"],
+    flags: ["answer", "approval-id"],
     outputs: ["table"],
-    usage: `Usage: kubectl agentrun approve RUN [--answer TEXT]
+    usage: `Usage: kubectl agentrun approve RUN [--answer TEXT] [--approval-id ID]
 
 Approves the request of a run in AwaitingReply by setting watchdog.dev/approve; the sandbox reads
 the answer and carries on. Refuses unless the run is awaiting a reply.
 
-      --answer TEXT   the answer handed to the agent (default: none, which means "approved")`,
+      --answer TEXT       the answer handed to the agent (default: none, which means "approved")
+      --approval-id ID    the request you are answering (status.approval.id); refused if the
+                          pending request is another one`,
   },
   reject: {
     summary: "reject a run awaiting a reply; the run fails (watchdog.dev/reject)",
     run: true,
-    flags: ["reason"],
+    flags: ["reason", "approval-id"],
     outputs: ["table"],
-    usage: `Usage: kubectl agentrun reject RUN [--reason TEXT]
+    usage: `Usage: kubectl agentrun reject RUN [--reason TEXT] [--approval-id ID]
 
 Rejects the request of a run in AwaitingReply by setting watchdog.dev/reject. The run ends in
 Failed (reason Rejected). Refuses unless the run is awaiting a reply.
 
-      --reason TEXT   why (default: none, which means "rejected")`,
+      --reason TEXT       why (default: none, which means "rejected")
+      --approval-id ID    the request you are rejecting (status.approval.id); refused if the
+                          pending request is another one`,
   },
   suspend: {
     summary: "suspend a run: its sandbox pod is removed and no timer fires (spec.suspend=true)",
@@ -162,6 +174,22 @@ Sets spec.suspend to true: the sandbox pod is removed, no timer fires and nothin
     usage: `Usage: kubectl agentrun unsuspend RUN
 
 Sets spec.suspend to false: the run is queued again as a new attempt.`,
+  },
+  console: {
+    summary: "serve the web console (runs, a run's timeline, the intervention queue) with your kubeconfig",
+    run: false,
+    flags: ["port", "address", "database-url"],
+    outputs: ["table"],
+    usage: `Usage: kubectl agentrun console [--port 8090] [--address 127.0.0.1] [--database-url URL]
+
+Serves the web console on http://ADDRESS:PORT and prints its link, which carries a session token:
+the console refuses any request without it. Every read and every action is made with your
+kubeconfig's identity, so RBAC decides what you see and may do, exactly as with kubectl. Stops on
+Ctrl-C.
+
+      --port PORT         port to listen on (default 8090; 0 picks a free one)
+      --address ADDRESS   address to listen on (default 127.0.0.1, this machine only)
+      --database-url URL  the ledger, for runs' full history (default: $DATABASE_URL)`,
   },
 };
 
@@ -245,6 +273,10 @@ export function parse(argv: readonly string[]): Parsed {
   const namespace = values.namespace as string | undefined;
   if (namespace !== undefined && !DNS_LABEL.test(namespace)) throw new UsageError(`"${namespace}" is not a valid namespace name`, command);
 
+  const portFlag = values.port as string | undefined;
+  const port = portFlag === undefined ? 8090 : Number(portFlag);
+  if (!/^\d{1,5}$/.test(portFlag ?? "0") || port > 65535) throw new UsageError(`--port must be a number from 0 to 65535, got "${portFlag}"`, command);
+
   const outputFlag = values.output as string | undefined;
   const output = (outputFlag ?? "table") as Output;
   if (outputFlag !== undefined && (outputFlag === "table" || !spec.outputs.includes(output))) {
@@ -265,6 +297,8 @@ export function parse(argv: readonly string[]): Parsed {
       force: values.force === true,
       ...(values.answer !== undefined ? { answer: values.answer as string } : {}),
       ...(values.reason !== undefined ? { reason: values.reason as string } : {}),
+      ...(values["approval-id"] !== undefined ? { approvalId: values["approval-id"] as string } : {}),
+      ...(command === "console" ? { port, address: (values.address as string | undefined) ?? "127.0.0.1" } : {}),
     },
   };
 }

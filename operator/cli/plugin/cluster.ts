@@ -73,10 +73,15 @@ export class Cluster {
   readonly client: KubeClient;
   readonly server: string;
   readonly namespace: string;
+  /** The kubeconfig's context and user: who the requests are made as. */
+  readonly contextName: string;
+  readonly userName: string;
 
   constructor(kc: KubeConfig, namespace?: string) {
     this.client = new KubeClient(kc);
     this.server = kc.getCurrentCluster()?.server ?? "";
+    this.contextName = kc.getCurrentContext();
+    this.userName = kc.getCurrentUser()?.name ?? "";
     this.namespace = namespace ?? contextNamespace(kc);
   }
 

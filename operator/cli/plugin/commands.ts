@@ -83,8 +83,19 @@ async function list(ctx: Context): Promise<number> {
   return 0;
 }
 
-async function describe(ctx: Context): Promise<number> {
-  const run = await ctx.cluster.getRun(ctx.run, ctx.namespace);
+export interface RunTimeline {
+  timeline: TimelineItem[];
+  /** Where the timeline comes from, and what it lacks and why. */
+  sources: string;
+  notes: string[];
+}
+
+/**
+ * A run's timeline from its Events, status.transitions and, with a ledger, the ledger's history.
+ * `fromStatus` adds the tool records and the last nudge that status holds (the console shows
+ * them; describe prints them in sections of their own).
+ */
+export async function runTimeline(ctx: Context, run: Json, fromStatus = false): Promise<RunTimeline> {
   const meta = metaOf(run);
   const notes: string[] = [];
   const url = ctx.databaseUrl;
@@ -107,7 +118,21 @@ async function describe(ctx: Context): Promise<number> {
   ]);
   const sources = history ? "the ledger, status.transitions and Events" : "status.transitions and Events";
   if (!url) notes.push("the full history needs the ledger: set DATABASE_URL or pass --database-url");
-  const timeline = mergeTimeline({ transitions: statusOf(run).transitions ?? [], events, ...(history ? { history } : {}) });
+  const status = statusOf(run);
+  const lastNudge = status.stall?.lastNudge;
+  const timeline = mergeTimeline({
+    transitions: status.transitions ?? [],
+    events,
+    ...(history ? { history } : {}),
+    ...(fromStatus ? { toolCalls: status.toolCalls ?? [] } : {}),
+    ...(fromStatus && lastNudge ? { nudge: { time: lastNudge.time, message: lastNudge.message, count: status.stall?.nudges ?? 0 } } : {}),
+  });
+  return { timeline, sources, notes };
+}
+
+async function describe(ctx: Context): Promise<number> {
+  const run = await ctx.cluster.getRun(ctx.run, ctx.namespace);
+  const { timeline, sources, notes } = await runTimeline(ctx, run);
   ctx.io.out(formatDescribe({ run, timeline, timelineSource: [sources, ...notes].join("; "), now: ctx.now() }));
   return 0;
 }
@@ -221,6 +246,11 @@ function requirePendingRequest(ctx: Context, run: Json, verb: string): string {
   if (!status.approval?.id) {
     throw new CliError(`agentrun "${ctx.run}" awaits a reply, but the watchdog has not recorded the request yet; try again in a moment`);
   }
+  if (ctx.inv.approvalId !== undefined && ctx.inv.approvalId !== status.approval.id) {
+    throw new CliError(
+      `the pending request of agentrun "${ctx.run}" is ${status.approval.id}, not ${ctx.inv.approvalId}: the question changed; read the new one before you answer`,
+    );
+  }
   return status.approval.id;
 }
 
@@ -289,6 +319,8 @@ function dispatch(ctx: Context): Promise<number> {
       return setSuspend(ctx, true);
     case "unsuspend":
       return setSuspend(ctx, false);
+    case "console":
+      return import("../../console/serve.ts").then(({ serveConsole }) => serveConsole(ctx));
   }
 }
 

@@ -2,7 +2,7 @@
 // transitions in its status, and the ledger's full record (transitions, tool calls, and gaps).
 // Each source alone is partial: status keeps only the latest transitions, Events expire after an
 // hour, and the ledger may lag a moment behind the cluster.
-import type { Transition } from "../../api/agentrun.ts";
+import type { ToolCall, Transition } from "../../api/agentrun.ts";
 import type { Json } from "../../kube/client.ts";
 import { describeGap, timeline as ledgerTimeline } from "../../ledger/format.ts";
 import type { GapRecord, RunHistory, ToolCallRecord } from "../../ledger/read.ts";
@@ -24,9 +24,17 @@ export interface EventItem {
   note: string;
   count: number;
 }
-export type TimelineItem = PhaseItem | EventItem | { kind: "tool"; time: string; call: ToolCallRecord } | { kind: "gap"; time: string; gap: GapRecord };
+export interface NudgeItem {
+  kind: "nudge";
+  time: string;
+  message: string;
+  count: number;
+}
+/** What the timeline shows of a tool call, from the ledger or from status. */
+export type TimelineCall = Pick<ToolCallRecord, "id" | "name" | "state" | "attempt" | "startedAt" | "finishedAt" | "error">;
+export type TimelineItem = PhaseItem | EventItem | NudgeItem | { kind: "tool"; time: string; call: TimelineCall } | { kind: "gap"; time: string; gap: GapRecord };
 
-const ORDER: Record<TimelineItem["kind"], number> = { gap: 0, phase: 1, event: 2, tool: 3 };
+const ORDER: Record<TimelineItem["kind"], number> = { gap: 0, phase: 1, event: 2, tool: 3, nudge: 4 };
 
 function iso(value: unknown): string | undefined {
   if (typeof value !== "string" || !value) return undefined;
@@ -59,6 +67,10 @@ export interface TimelineSources {
   events?: readonly Json[];
   /** The ledger's history of the run, already narrowed to the run's uid. */
   history?: RunHistory;
+  /** status.toolCalls: the records the ledger may not have yet (or at all, without one). */
+  toolCalls?: readonly ToolCall[];
+  /** status.stall.lastNudge, with the count of nudges sent. */
+  nudge?: { time: string; message: string; count: number };
 }
 
 /** Every source merged, oldest first; a transition held both in status and the ledger appears once. */
@@ -88,6 +100,15 @@ export function mergeTimeline(sources: TimelineSources): TimelineItem[] {
     const item = eventItem(event);
     if (item) items.push(item);
   }
+  // A status record the ledger already holds in the same state is the same step of the run.
+  const recorded = new Set(items.flatMap((i) => (i.kind === "tool" ? [`${i.call.id} ${i.call.state}`] : [])));
+  for (const call of sources.toolCalls ?? []) {
+    const time = iso(call.finishedAt) ?? iso(call.startedAt);
+    if (!time || recorded.has(`${call.id} ${call.state}`)) continue;
+    items.push({ kind: "tool", time, call });
+  }
+  const nudgeTime = iso(sources.nudge?.time);
+  if (sources.nudge && nudgeTime) items.push({ kind: "nudge", time: nudgeTime, message: sources.nudge.message, count: sources.nudge.count });
   // Stable: within one kind and one time, each source keeps its own order.
   return items.sort((a, b) => (a.time < b.time ? -1 : a.time > b.time ? 1 : ORDER[a.kind] - ORDER[b.kind]));
 }
@@ -128,6 +149,8 @@ export function timelineLine(item: TimelineItem): string {
     }
     case "gap":
       return `${item.time}  GAP    ${describeGap(item.gap)}`;
+    case "nudge":
+      return `${item.time}  nudge  #${item.count}: ${item.message}`;
   }
 }
 

@@ -41,6 +41,17 @@ describe("parsing kubectl agentrun's arguments", () => {
     expect(invocation("approve", "r1", "--answer=")).toMatchObject({ answer: "" });
     expect(invocation("suspend", "r1", "-n", "ns")).toMatchObject({ command: "suspend", run: "r1", namespace: "ns" });
     expect(invocation("unsuspend", "r1")).toMatchObject({ command: "unsuspend", run: "r1" });
+    expect(invocation("approve", "r1", "--answer", "go", "--approval-id", "2-ab")).toMatchObject({ answer: "go", approvalId: "2-ab" });
+    expect(invocation("reject", "r1", "--approval-id=2-ab")).toMatchObject({ approvalId: "2-ab" });
+  });
+
+  it("parses console with where it listens, loopback on 8090 by default", () => {
+    expect(invocation("console")).toMatchObject({ command: "console", port: 8090, address: "127.0.0.1" });
+    expect(invocation("console", "--port", "0", "--address", "::1", "-n", "team-a")).toMatchObject({ port: 0, address: "::1", namespace: "team-a" });
+    expect(usageError("console", "--port", "http").message).toContain("--port must be a number");
+    expect(usageError("console", "--port", "70000").message).toContain("--port must be a number");
+    expect(usageError("console", "r1").message).toContain("console takes no arguments");
+    expect(usageError("list", "--port", "1").message).toContain("list does not take --port");
   });
 
   it("gives help for every command, and general help", () => {

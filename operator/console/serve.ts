@@ -1,0 +1,56 @@
+// `kubectl agentrun console`: serves the console with the user's kubeconfig until Ctrl-C, and
+// prints the link that carries its session token.
+import { randomBytes } from "node:crypto";
+import { existsSync } from "node:fs";
+import type { AddressInfo } from "node:net";
+import { fileURLToPath } from "node:url";
+import type { Context } from "../cli/plugin/commands.ts";
+import { Guard } from "./guard.ts";
+import { createConsoleServer } from "./server.ts";
+
+/** Where the built pages are: beside this file, in a clone (npm run build:console) and in the package. */
+export const UI_DIR = fileURLToPath(new URL("./ui/dist/", import.meta.url));
+
+const LOOPBACK = new Set(["127.0.0.1", "::1", "localhost"]);
+
+export async function serveConsole(ctx: Context): Promise<number> {
+  const uiDir = process.env.AGENTRUN_CONSOLE_UI ?? UI_DIR;
+  if (!existsSync(`${uiDir}/index.html`)) {
+    ctx.io.err(`error: the console's pages are not built (no ${uiDir}index.html): run npm run build:console\n`);
+    return 1;
+  }
+  const { address = "127.0.0.1", port = 8090 } = ctx.inv;
+  // Made before listening, so a bad kubeconfig is reported before any link is printed.
+  const cluster = ctx.cluster;
+  const guard = new Guard(randomBytes(32).toString("base64url"));
+  const server = createConsoleServer({ ctx, guard, uiDir });
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(port, address, () => resolve());
+    });
+  } catch (err) {
+    ctx.io.err(`error: cannot listen on ${address}:${port}: ${(err as Error).message}\n`);
+    return 1;
+  }
+  const bound = (server.address() as AddressInfo).port;
+  const hostName = address.includes(":") ? `[${address}]` : address;
+  const names = LOOPBACK.has(address) ? ["127.0.0.1", "localhost", "[::1]"] : [hostName];
+  guard.listening(bound, [...new Set([hostName, ...names])]);
+  ctx.io.out(
+    `Console for context "${cluster.contextName}" as user "${cluster.userName}" (${cluster.server}):\n` +
+      `  http://${hostName}:${bound}/?token=${guard.token}\n` +
+      "Every read and action is made with this kubeconfig. Ctrl-C stops the console.\n",
+  );
+  if (!LOOPBACK.has(address)) {
+    ctx.io.err(`warning: listening on ${address}, not loopback: anyone who can reach it and has the link acts as this kubeconfig's user\n`);
+  }
+  await new Promise<void>((resolve) => {
+    const stop = () => resolve();
+    process.once("SIGINT", stop);
+    process.once("SIGTERM", stop);
+  });
+  server.closeAllConnections();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return 0;
+}

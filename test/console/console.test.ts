@@ -1,0 +1,267 @@
+// The web console in a real browser (Debian's Chromium, through playwright-core) against the real
+// API server and a real operator: `kubectl agentrun console` runs as a process with a kubeconfig,
+// and the test uses its pages as a person would. What it may do is what that kubeconfig may do.
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { request as httpRequest } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { Browser, Page } from "playwright-core";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { parse as parseYaml } from "yaml";
+import { paths, type Json, type KubeClient } from "../../operator/kube/client.ts";
+import { createLogger } from "../../operator/log.ts";
+import { Sandbox } from "../../operator/sandbox/index.ts";
+import { createRun, deleteNamespace, getRun, kube, kubeconfigPath, listPods, newNamespace, ofAttempt, runManifest } from "../support/cluster.ts";
+import { startOperator, type OperatorProcess } from "../support/operator-process.ts";
+import { setPodPhase } from "../support/sandbox.ts";
+import { waitFor } from "../support/wait.ts";
+import { accessibilityViolations, annotationsOf, launchBrowser, readOnlyKubeconfig, screenshotPath, startConsole, type ConsoleProcess } from "./support.ts";
+
+const quick = { heartbeatTimeout: "30s", backoff: { initial: "1s", factor: 2, max: "4s" } };
+
+let client: KubeClient;
+let ns: string;
+let operator: OperatorProcess;
+let admin: ConsoleProcess;
+let browser: Browser;
+let dir: string;
+let sandboxes: Sandbox[] = [];
+let pages: Page[] = [];
+
+beforeAll(async () => {
+  client = kube();
+  ns = await newNamespace(client, "console");
+  operator = await startOperator(ns);
+  admin = await startConsole(kubeconfigPath(), ["-n", ns]);
+  browser = await launchBrowser();
+  dir = mkdtempSync(join(tmpdir(), "agent-watchdog-console-"));
+});
+
+afterEach(async (ctx) => {
+  for (const s of sandboxes) s.abandon();
+  sandboxes = [];
+  for (const p of pages) await p.close();
+  pages = [];
+  if (ctx.task.result?.state === "fail") console.error(admin.output().slice(-3000), operator.logs.slice(-30).join("\n"));
+});
+
+afterAll(async () => {
+  await browser?.close();
+  await admin?.stop();
+  await operator?.stop();
+  await deleteNamespace(client, ns);
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** A browser page that has opened the console's link (so it holds the session cookie). */
+async function open(console: ConsoleProcess, route = "#/"): Promise<Page> {
+  // bypassCSP: the console forbids inline scripts, and the accessibility check injects one.
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 }, bypassCSP: true });
+  pages.push(page);
+  await page.goto(console.link);
+  await page.goto(`${console.origin}/${route}`);
+  await page.getByTestId("live").filter({ hasText: "Live" }).waitFor({ timeout: 15_000 });
+  return page;
+}
+
+const row = (page: Page, name: string) => page.locator(`tr[data-run="${ns}/${name}"]`);
+const card = (page: Page, name: string) => page.locator(`article[data-run="${ns}/${name}"]`);
+
+/** Creates a run and plays its first attempt: the pod Running (the kubelet), the SDK in-process (the sandbox). */
+async function runWithSandbox(name: string): Promise<{ pod: any; sandbox: Sandbox }> {
+  await createRun(client, ns, runManifest(name, quick));
+  const pod = await waitFor(`pod ${name}-1`, async () => (await listPods(client, ns, name)).find(ofAttempt(1)));
+  await setPodPhase(client, ns, pod.metadata.name, "Running");
+  const env = Object.fromEntries(pod.spec.containers[0].env.map((e: any) => [e.name, e.value]));
+  const sandbox = await Sandbox.start({ client: kube(), env, logger: createLogger("silent"), exit: () => {} });
+  sandboxes.push(sandbox);
+  return { pod, sandbox };
+}
+
+/** Drives a run to NeedsHumanIntervention the way it happens: its sandbox dies during a non-idempotent call. */
+async function needingAPerson(name: string): Promise<void> {
+  const { pod, sandbox } = await runWithSandbox(name);
+  let started = false;
+  void sandbox
+    .tool("charge_card", { cents: 1999 }, () => {
+      started = true;
+      return new Promise<never>(() => {});
+    })
+    .catch(() => {});
+  await waitFor("the charge to start", () => started);
+  sandbox.abandon();
+  await setPodPhase(client, ns, pod.metadata.name, "Failed", 137);
+  await waitFor(`${name} in NeedsHumanIntervention`, async () => (await getRun(client, ns, name)).status?.phase === "NeedsHumanIntervention");
+}
+
+/** A run whose sandbox (in-process) waits for an approval; `answer` is what it gets. */
+async function awaitingApproval(name: string, question: string): Promise<{ answer: Promise<string> }> {
+  const { sandbox } = await runWithSandbox(name);
+  const answer = sandbox.awaitApproval(question);
+  answer.catch(() => {});
+  await waitFor(`${name}'s request recorded`, async () => {
+    const r = await getRun(client, ns, name);
+    return r.status?.phase === "AwaitingReply" && r.status.approval?.state === "Pending" && r.status.approval.id;
+  });
+  // Wrapped: an async function returning the promise itself would wait for the answer.
+  return { answer };
+}
+
+/** A raw HTTP request to the console, with headers a browser would not let a page set. */
+function raw(console: ConsoleProcess, method: string, path: string, headers: Record<string, string>, body?: string): Promise<{ status: number; body: string }> {
+  const url = new URL(path, console.origin);
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(url, { method, headers }, (res) => {
+      let text = "";
+      res.setEncoding("utf8");
+      res.on("data", (c: string) => (text += c));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, body: text }));
+    });
+    req.once("error", reject);
+    req.end(body);
+  });
+}
+
+describe("the session", () => {
+  it("refuses requests without its token, under another host name, and cross-site writes", async () => {
+    const host = new URL(admin.origin).host;
+    const bearer = { Host: host, Authorization: `Bearer ${admin.token}` };
+    expect((await raw(admin, "GET", "/", { Host: host })).status).toBe(401);
+    expect((await raw(admin, "GET", "/api/session", { Host: host })).status).toBe(401);
+    expect((await raw(admin, "GET", "/api/session", { Host: host, Authorization: "Bearer wrong" })).status).toBe(401);
+    expect((await raw(admin, "GET", "/?token=wrong", { Host: host })).status).toBe(401);
+    const session = await raw(admin, "GET", "/api/session", bearer);
+    expect(session.status).toBe(200);
+    expect(JSON.parse(session.body)).toMatchObject({ namespace: ns, user: "agent-watchdog-admin" });
+    // A page on another site (or a name rebound to this address) gets nothing.
+    expect((await raw(admin, "GET", "/api/session", { ...bearer, Host: `evil.example:${new URL(admin.origin).port}` })).status).toBe(403);
+    // Writes come only from the console's own pages, as JSON.
+    const action = JSON.stringify({ namespace: ns, name: "nothing" });
+    const json = { "Content-Type": "application/json" };
+    expect((await raw(admin, "POST", "/api/run/resume", { ...bearer, ...json, Origin: "http://evil.example" }, action)).status).toBe(403);
+    expect((await raw(admin, "POST", "/api/run/resume", { ...bearer, ...json, Origin: admin.origin, "Sec-Fetch-Site": "cross-site" }, action)).status).toBe(403);
+    expect((await raw(admin, "POST", "/api/run/resume", { ...bearer, ...json }, action)).status).toBe(403);
+    expect((await raw(admin, "POST", "/api/run/resume", { ...bearer, "Content-Type": "text/plain", Origin: admin.origin }, action)).status).toBe(415);
+
+    // The link sets the cookie and leaves the address bar without the token.
+    const page = await browser.newPage();
+    pages.push(page);
+    await page.goto(admin.link);
+    expect(page.url()).toBe(`${admin.origin}/`);
+    const cookies = await page.context().cookies();
+    expect(cookies).toEqual([expect.objectContaining({ value: admin.token, httpOnly: true, sameSite: "Strict" })]);
+  });
+});
+
+describe("the runs page", () => {
+  it("shows the runs, those needing a person first, and updates live", async () => {
+    await createRun(client, ns, runManifest("alpha", quick));
+    await needingAPerson("stuck");
+    const page = await open(admin);
+    await row(page, "alpha").waitFor();
+    await row(page, "stuck").waitFor();
+    const names = await page.locator("tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-run")));
+    expect(names.indexOf(`${ns}/stuck`)).toBeLessThan(names.indexOf(`${ns}/alpha`));
+    await expect.poll(() => row(page, "stuck").locator('[data-col="phase"]').textContent()).toContain("NeedsHumanIntervention");
+
+    // A run created, changed and deleted while the page is open.
+    await createRun(client, ns, runManifest("beta", quick));
+    await row(page, "beta").waitFor({ timeout: 10_000 });
+    const pod = await waitFor("beta's pod", async () => (await listPods(client, ns, "beta")).find(ofAttempt(1)));
+    await setPodPhase(client, ns, pod.metadata.name, "Running");
+    await client.mergePatch(paths.runStatus(ns, "beta"), { status: { heartbeat: { time: new Date().toISOString(), attempt: 1, state: "ExecutingTool" } } });
+    await expect.poll(() => row(page, "beta").locator('[data-col="phase"]').textContent(), { timeout: 15_000 }).toContain("ExecutingTool");
+    await client.delete(paths.run(ns, "beta"));
+    await row(page, "beta").waitFor({ state: "detached", timeout: 15_000 });
+
+    expect(await accessibilityViolations(page)).toEqual([]);
+    const shot = screenshotPath("runs");
+    if (shot) await page.screenshot({ path: shot, fullPage: true });
+  });
+});
+
+describe("a run's page", () => {
+  it("shows its spec, effective settings, conditions and a timeline, live", async () => {
+    const page = await open(admin, `#/runs/${ns}/stuck`);
+    const main = page.locator("main");
+    await main.locator("h1").filter({ hasText: "stuck" }).waitFor({ timeout: 15_000 });
+    await expect.poll(() => main.textContent(), { timeout: 15_000 }).toContain("NeedsHumanIntervention");
+    const text = (await main.textContent()) ?? "";
+    expect(text).toContain("heartbeatTimeout");
+    expect(text).toContain("UnconfirmedSideEffect");
+    await expect.poll(async () => (await main.textContent()) ?? "", { timeout: 15_000 }).toContain("charge_card");
+    expect(await accessibilityViolations(page)).toEqual([]);
+    const shot = screenshotPath("run");
+    if (shot) await page.screenshot({ path: shot, fullPage: true });
+  });
+});
+
+describe("the queue", () => {
+  it("resumes a run that needs a person, and says what it did", async () => {
+    const page = await open(admin, "#/queue");
+    const stuck = card(page, "stuck");
+    await stuck.waitFor();
+    expect(await accessibilityViolations(page)).toEqual([]);
+    await stuck.getByRole("button", { name: "Resume" }).click();
+    await expect.poll(() => stuck.getByRole("status").textContent(), { timeout: 15_000 }).toContain("resumed");
+    // The watchdog acts on it: a new attempt with fresh budgets.
+    await waitFor("attempt 2", async () => (await listPods(client, ns, "stuck")).some(ofAttempt(2)));
+    expect((await annotationsOf(client, ns, "stuck"))["watchdog.dev/resume"]).toBeDefined();
+    await stuck.waitFor({ state: "detached", timeout: 15_000 });
+  });
+
+  it("approves a request with an answer, bound to the request it shows", async () => {
+    const { answer } = await awaitingApproval("deploy", "Deploy version 2 to production?");
+    const page = await open(admin, "#/queue");
+    const deploy = card(page, "deploy");
+    await expect.poll(() => deploy.textContent(), { timeout: 15_000 }).toContain("Deploy version 2 to production?");
+    const shownId = (await getRun(client, ns, "deploy")).status.approval.id;
+    const shot = screenshotPath("queue");
+    if (shot) await page.screenshot({ path: shot, fullPage: true });
+    await deploy.getByLabel("Answer").fill("ship it, carefully");
+    await deploy.getByRole("button", { name: "Approve" }).click();
+    await expect.poll(() => deploy.getByRole("status").textContent(), { timeout: 15_000 }).toContain("approved request");
+    await expect(answer).resolves.toBe("ship it, carefully");
+    // The watchdog took the answer for the request the page showed.
+    const decided = (await getRun(client, ns, "deploy")).status.approval;
+    expect(decided).toMatchObject({ state: "Approved", answer: "ship it, carefully", id: shownId });
+  });
+
+  it("rejects a request with a reason; the run fails", async () => {
+    const { answer } = await awaitingApproval("drop-table", "Drop the orders table?");
+    const page = await open(admin, "#/queue");
+    const drop = card(page, "drop-table");
+    await drop.waitFor();
+    await drop.getByLabel("Reason").fill("not on a Friday");
+    await drop.getByRole("button", { name: "Reject" }).click();
+    await expect.poll(() => drop.getByRole("status").textContent(), { timeout: 15_000 }).toContain("rejected request");
+    await expect(answer).rejects.toThrow(/rejected/);
+    await waitFor("drop-table Failed", async () => (await getRun(client, ns, "drop-table")).status?.phase === "Failed");
+  });
+});
+
+describe("a user who may only read", () => {
+  it("sees the runs, and every action refused with the API server's reason; nothing changes", async () => {
+    const kubeconfig = await readOnlyKubeconfig(client, ns, parseYaml(readFileSync(kubeconfigPath(), "utf8")) as Json, join(dir, "viewer.json"));
+    const viewer = await startConsole(kubeconfig);
+    try {
+      await needingAPerson("held");
+      await awaitingApproval("gate", "Open the gate?");
+      const page = await open(viewer, "#/queue");
+      const held = card(page, "held");
+      await held.waitFor();
+      await held.getByRole("button", { name: "Resume" }).click();
+      await expect.poll(() => held.getByRole("alert").textContent(), { timeout: 15_000 }).toMatch(/forbidden.*cannot patch resource "agentruns"/);
+      const gate = card(page, "gate");
+      await gate.getByLabel("Answer").fill("yes");
+      await gate.getByRole("button", { name: "Approve" }).click();
+      await expect.poll(() => gate.getByRole("alert").textContent(), { timeout: 15_000 }).toMatch(/forbidden/);
+      // Nothing was written: the console has no rights beyond the kubeconfig's.
+      expect(await annotationsOf(client, ns, "held")).not.toHaveProperty("watchdog.dev/resume");
+      expect(await annotationsOf(client, ns, "gate")).not.toHaveProperty("watchdog.dev/approve");
+      expect((await getRun(client, ns, "held")).status.phase).toBe("NeedsHumanIntervention");
+    } finally {
+      await viewer.stop();
+    }
+  });
+});

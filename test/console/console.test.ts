@@ -1,7 +1,7 @@
 // The web console in a real browser (Debian's Chromium, through playwright-core) against the real
 // API server and a real operator: `kubectl agentrun console` runs as a process with a kubeconfig,
 // and the test uses its pages as a person would. What it may do is what that kubeconfig may do.
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { request as httpRequest } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -12,7 +12,7 @@ import { paths, type Json, type KubeClient } from "../../operator/kube/client.ts
 import { createLogger } from "../../operator/log.ts";
 import { Sandbox } from "../../operator/sandbox/index.ts";
 import { createRun, deleteNamespace, getRun, kube, kubeconfigPath, listPods, newNamespace, ofAttempt, runManifest } from "../support/cluster.ts";
-import { startOperator, type OperatorProcess } from "../support/operator-process.ts";
+import { freePort, startOperator, type OperatorProcess } from "../support/operator-process.ts";
 import { setPodPhase } from "../support/sandbox.ts";
 import { waitFor } from "../support/wait.ts";
 import { accessibilityViolations, annotationsOf, launchBrowser, readOnlyKubeconfig, screenshotPath, startConsole, type ConsoleProcess } from "./support.ts";
@@ -265,3 +265,28 @@ describe("a user who may only read", () => {
     }
   });
 });
+
+describe("with no cluster", () => {
+  it("says that it cannot reach the API server, in a sentence", async () => {
+    // A kubeconfig whose API server is not there: a port nothing listens on.
+    const config = parseYaml(readFileSync(kubeconfigPath(), "utf8")) as Json;
+    const cluster = (config.clusters as Json[])[0]! as { cluster: { server: string } };
+    const port = await freePort();
+    cluster.cluster.server = `https://127.0.0.1:${port}`;
+    const file = join(dir, "nowhere.json");
+    writeFileSync(file, JSON.stringify(config));
+    const nowhere = await startConsole(file, ["-n", ns]);
+    try {
+      const page = await browser.newPage();
+      pages.push(page);
+      await page.goto(nowhere.link);
+      await expect
+        .poll(() => page.getByRole("alert").allTextContents().then((t) => t.join(" ")), { timeout: 15_000 })
+        .toContain(`cannot reach the Kubernetes API server at https://127.0.0.1:${port}: connection refused`);
+      expect(await page.getByTestId("live").textContent()).not.toBe("Live");
+    } finally {
+      await nowhere.stop();
+    }
+  });
+});
+

@@ -1,5 +1,7 @@
 // A Server-Sent Events stream of the console's server, with what the page must know about it:
-// whether it is open (the header's Live indicator), and, when it is not, why (in a sentence).
+// whether it is live (the header's Live indicator), and, when it is not, why (in a sentence).
+// Live means the server is watching the cluster for this page: the stream is open and its last
+// word was data, not a `problem` (an API server that cannot be reached, a forbidden list).
 //
 // EventSource reconnects by itself after a dropped connection, but gives up for good when the
 // server answers an error status (401, 403, 404, 5xx) and does not say which: then the stream
@@ -78,7 +80,6 @@ export class Stream {
     source.onopen = () => {
       if (this.source !== source) return;
       this.backoff = 1000;
-      this.set({ open: true });
     };
     for (const [event, handle] of Object.entries(this.handlers)) {
       source.addEventListener(event, (e) => {
@@ -89,6 +90,12 @@ export class Stream {
         } catch {
           console.warn(`console: ignoring a ${event} event that is not JSON`);
           return;
+        }
+        if (event === "problem") {
+          const message = (data as { message?: unknown } | null)?.message;
+          this.set({ open: false, ...(typeof message === "string" ? { error: message } : {}) });
+        } else if (!this.state.open) {
+          this.set({ open: true });
         }
         handle(data);
       });

@@ -48,7 +48,7 @@ async function emailsIn(run: string): Promise<number> {
           name: "reader",
           image,
           imagePullPolicy: "IfNotPresent",
-          command: ["node", "-e", "import('/app/operator/example-agent/outbox.ts').then(async (m) => console.log(JSON.stringify(await new m.Outbox('/outbox').sent())))"],
+          command: ["node", "-e", "import('/app/operator/example-agent/outbox.js').then(async (m) => console.log(JSON.stringify(await new m.Outbox('/outbox').sent())))"],
           volumeMounts: [{ name: "outbox", mountPath: OUTBOX.mountPath }],
         },
       ],

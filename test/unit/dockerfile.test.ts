@@ -87,12 +87,18 @@ describe("Dockerfile", () => {
     expect(fromDeps.map((c) => c.getArguments()[0]?.getValue())).toContain("/app/node_modules");
   });
 
-  it("copies the sources, the CRDs and the package manifests into the runtime stage", () => {
+  it("copies the CRDs and the package manifests into the runtime stage, and the sources as JavaScript", () => {
     const final = stages().at(-1)!;
     const sources = of(final, "COPY")
       .filter((c) => copyFrom(c) === undefined)
       .flatMap((c) => c.getArguments().slice(0, -1).map((a) => a.getValue()));
-    expect(sources).toEqual(expect.arrayContaining(["operator", "crds", "package.json", "package-lock.json"]));
+    expect(sources).toEqual(expect.arrayContaining(["crds", "package.json", "package-lock.json"]));
+    expect(sources).not.toContain("operator");
+    const js = stages().find((s) => s.name === "js");
+    expect(js, "a stage named js turns the sources into JavaScript").toBeDefined();
+    expect(of(js!, "RUN").map((r) => r.getArgumentsContent()).join("\n")).toContain("to-javascript.mjs operator");
+    const fromJs = of(final, "COPY").filter((c) => copyFrom(c) === "js");
+    expect(fromJs.map((c) => c.getArguments()[0]?.getValue())).toEqual(["/app/operator"]);
   });
 
   it("runs as the numeric non-root user 65532, with HOME in /tmp for a read-only root filesystem", () => {
@@ -106,7 +112,7 @@ describe("Dockerfile", () => {
 
   it("has one entrypoint for every command, the operator by default", () => {
     const final = stages().at(-1)!;
-    expect(of(final, "ENTRYPOINT").map(jsonArgs)).toEqual([["/nodejs/bin/node", "/app/operator/cli/main.ts"]]);
+    expect(of(final, "ENTRYPOINT").map(jsonArgs)).toEqual([["/nodejs/bin/node", "/app/operator/cli/main.js"]]);
     expect(of(final, "CMD").map(jsonArgs)).toEqual([["operator"]]);
   });
 
@@ -211,9 +217,11 @@ describe("the image's production dependencies", () => {
         stdio: ["ignore", "ignore", "pipe"],
       });
     }
-    // what the runtime stage copies from the build context
+    // what the runtime stage copies: the CRDs from the build context, the sources as the js stage
+    // leaves them (JavaScript, by the same script)
     cpSync(join(root, "operator"), join(app, "operator"), { recursive: true });
     cpSync(join(root, "crds"), join(app, "crds"), { recursive: true });
+    execFileSync(process.execPath, ["--no-warnings", join(root, "hack/image/to-javascript.mjs"), "operator"], { cwd: app, stdio: ["ignore", "ignore", "pipe"] });
   }, 180_000);
 
   afterAll(() => {
@@ -239,27 +247,27 @@ describe("the image's production dependencies", () => {
   const noMissingModule = (stderr: string) => expect(stderr).not.toMatch(/ERR_MODULE_NOT_FOUND|Cannot find (package|module)/);
 
   it("runs the entrypoint's help", () => {
-    const help = run([join(app, "operator/cli/main.ts"), "--help"], { cwd: work, env: env() });
+    const help = run([join(app, "operator/cli/main.js"), "--help"], { cwd: work, env: env() });
     noMissingModule(help.stderr);
     expect(help.code).toBe(0);
   });
 
   it("loads the whole operator", () => {
-    const help = run([join(app, "operator/cli/main.ts"), "operator", "--help"], { cwd: work, env: env() });
+    const help = run([join(app, "operator/cli/main.js"), "operator", "--help"], { cwd: work, env: env() });
     noMissingModule(help.stderr);
     expect(help.code, help.stderr).toBe(0);
     expect(help.stdout).toContain("--metrics-bind-address");
   });
 
   it("loads the example agent", () => {
-    const agent = run([join(app, "operator/cli/main.ts"), "example-agent"], { cwd: work, env: env() });
+    const agent = run([join(app, "operator/cli/main.js"), "example-agent"], { cwd: work, env: env() });
     noMissingModule(agent.stderr);
     expect(agent.stderr).toContain("WATCHDOG_RUN_NAME");
     expect(agent.code).toBe(2);
   });
 
   it("loads the ledger's history command", () => {
-    const history = run([join(app, "operator/cli/main.ts"), "history", "default", "some-run"], { cwd: work, env: env() });
+    const history = run([join(app, "operator/cli/main.js"), "history", "default", "some-run"], { cwd: work, env: env() });
     noMissingModule(history.stderr);
     expect(history.stderr).toContain("DATABASE_URL is not set");
     expect(history.code).toBe(2);

@@ -1,0 +1,35 @@
+// Turns the operator's TypeScript sources into the JavaScript the image runs, with Node's own type
+// stripping (the sources use only erasable syntax, so removing the types is the whole
+// translation) and relative `.ts` specifiers rewritten to `.js`. Run once at image build: an
+// operator that loads JavaScript does not pay for the type stripper at run time (about 30 MiB of
+// an idle operator's resident memory, measured on the same cluster: 121 MiB against 93 MiB).
+//
+// Usage: node to-javascript.mjs DIR   (rewrites DIR in place: each .ts becomes a .js)
+import { readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { stripTypeScriptTypes } from "node:module";
+import { join } from "node:path";
+
+// Relative specifiers of static imports and exports, side-effect imports and import() with a literal.
+const SPECIFIER = /(\bfrom\s*|\bimport\s*\(\s*|\bimport\s+)(["'])(\.{1,2}\/[^"'\n]+?)\.ts\2/g;
+
+function convert(dir) {
+  for (const entry of readdirSync(dir)) {
+    const path = join(dir, entry);
+    if (statSync(path).isDirectory()) {
+      convert(path);
+      continue;
+    }
+    if (!entry.endsWith(".ts") || entry.endsWith(".d.ts")) continue;
+    const source = readFileSync(path, "utf8");
+    const js = stripTypeScriptTypes(source, { mode: "strip" }).replace(SPECIFIER, (_, head, quote, base) => `${head}${quote}${base}.js${quote}`);
+    writeFileSync(path.slice(0, -3) + ".js", js);
+    rmSync(path);
+  }
+}
+
+const [dir] = process.argv.slice(2);
+if (!dir) {
+  process.stderr.write("usage: node to-javascript.mjs DIR\n");
+  process.exit(2);
+}
+convert(dir);

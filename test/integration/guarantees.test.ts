@@ -458,10 +458,11 @@ describe("5. no nudges during work", () => {
     }
     expect((await listEvents(client, ns)).filter((e) => e.reason === "StallDetected")).toEqual([]);
 
-    // The call returns; the agent is armed still (by its text), timed from the result.
-    await writeToolCalls(client, ns, "work", [{ ...started, state: "Succeeded", finishedAt: new Date().toISOString(), result: "{}" }]);
+    // The call returns; the agent is armed still (by its text), timed from the result. The record
+    // and its toolResult activity go in one write, as the SDK sends them: between two writes the
+    // operator would see a finished call with the text's older activity, and rightly nudge.
     const resultAt = Date.now();
-    await beat(env, "work", 1, "Planning", { kind: "toolResult" });
+    await heartbeat(client, ns, "work", 1, "Planning", { kind: "toolResult" }, { toolCalls: [{ ...started, state: "Succeeded", finishedAt: new Date().toISOString(), result: "{}" }] }, { fieldManager: SANDBOX_FIELD_MANAGER });
     const nudged = await waitFor("a nudge after the stall timeout", async () => {
       const r = await getRun(client, ns, "work");
       return (r.status?.stall?.nudges ?? 0) >= 1 ? r : undefined;

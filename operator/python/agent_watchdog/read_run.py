@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .api_client import RETRY, SandboxApi, is_not_found, is_transient
+from .api_client import RETRY, SandboxApi, api_error_code, is_not_found, is_transient
 from .errors import FencedError
 from .protocol import ACTIVITY_KINDS, PHASES, TOOL_CALL_STATES, SandboxIdentity, api_paths
 
@@ -258,7 +258,9 @@ def read_own_run(
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
     """An API server that restarts, or a network still coming up in a new pod, is a matter of
-    seconds: the first read is retried (200 ms doubling to 5 s) up to the start deadline."""
+    seconds: the first read is retried (200 ms doubling to 5 s) up to the start deadline. So is a
+    403 at start: the sandbox's RoleBinding is made just before its pod, and an authorizer that
+    has not seen it yet (its cache refilling after an API server restart, say) refuses it."""
     give_up_at = mono() + deadline_s
     wait = RETRY["first"]
     path = api_paths(identity.namespace, identity.run_name)["run"]
@@ -271,7 +273,7 @@ def read_own_run(
         except Exception as err:  # noqa: BLE001
             if is_not_found(err):
                 raise FencedError(f"run {identity.namespace}/{identity.run_name} does not exist") from err
-            if not is_transient(err) or mono() + wait > give_up_at:
+            if not (is_transient(err) or api_error_code(err) == 403) or mono() + wait > give_up_at:
                 raise
         sleep(wait)
         wait = min(RETRY["max"], wait * 2)

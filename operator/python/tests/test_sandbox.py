@@ -166,6 +166,19 @@ class ReportingInTest(SandboxTestCase):
         self.assertLess(time.monotonic() - started, 5)
         self.assertEqual(down.patches, [])
 
+    def test_waits_out_a_403_at_start_its_role_binding_not_yet_seen_then_gives_up(self) -> None:
+        fake = self.fake()
+        fake.read_failures += [(403, status_body(403, "Forbidden", "cannot get resource agentruns"))] * 2
+        self.start(fake)
+        self.assertEqual(len(fake.patches), 1)
+
+        refused = self.fake()
+        refused.read_failures += [(403, status_body(403, "Forbidden", "cannot get resource agentruns"))] * 100
+        with self.assertRaises(ApiError) as caught:
+            self.start(refused, start_deadline=1.0)
+        self.assertEqual(caught.exception.code, 403)
+        self.assertEqual(refused.patches, [])
+
     def test_refuses_to_start_for_an_attempt_that_is_already_over(self) -> None:
         fake = self.fake({"attempt": 2})
         with self.assertRaises(FencedError):

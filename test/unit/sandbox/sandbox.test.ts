@@ -67,6 +67,21 @@ describe("reporting in", () => {
     expect(down.readFailures.length).toBeGreaterThan(90);
   });
 
+  it("waits out a 403 at start (its RoleBinding not yet seen by the authorizer), up to its start deadline", async () => {
+    const api = new FakeApi();
+    api.readFailures.push(new ApiError("GET", "/run", 403, { message: "forbidden" }), new ApiError("GET", "/run", 403, { message: "forbidden" }));
+    const starting = start(api);
+    await vi.advanceTimersByTimeAsync(1000);
+    await starting;
+    expect(api.patches).toHaveLength(1);
+
+    const refused = new FakeApi();
+    for (let i = 0; i < 100; i++) refused.readFailures.push(new ApiError("GET", "/run", 403, { message: "forbidden" }));
+    const failing = start(refused, { startDeadlineMs: 5_000 }).catch((err: unknown) => err);
+    await vi.advanceTimersByTimeAsync(5_000);
+    expect(String(await failing)).toContain("403");
+  });
+
   it("refuses to start for an attempt that is already over", async () => {
     const api = new FakeApi({ attempt: 2 });
     await expect(start(api)).rejects.toThrow(FencedError);

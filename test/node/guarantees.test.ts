@@ -14,9 +14,8 @@ import { isNotFound, paths, type Json, type KubeClient } from "../../operator/ku
 import { deleteNamespace, kube, newNamespace, ofAttempt } from "../support/cluster.ts";
 import { startOperator, type OperatorProcess } from "../support/operator-process.ts";
 import { waitFor } from "../support/wait.ts";
-import { NodeObserver } from "./support.ts";
+import { ensureSandboxRole, NodeObserver, SANDBOX_FLAGS } from "./support.ts";
 
-const SANDBOX_ROLE = "node-test-sandbox";
 
 let client: KubeClient;
 let ns: string;
@@ -90,19 +89,9 @@ async function resume(): Promise<void> {
 beforeAll(async () => {
   client = kube();
   // What the chart's sandbox ClusterRole grants; the operator binds each namespace's sandboxes to it.
-  await client.create("/apis/rbac.authorization.k8s.io/v1/clusterroles", {
-    apiVersion: "rbac.authorization.k8s.io/v1",
-    kind: "ClusterRole",
-    metadata: { name: SANDBOX_ROLE },
-    rules: [
-      { apiGroups: ["watchdog.dev"], resources: ["agentruns"], verbs: ["get", "list", "watch"] },
-      { apiGroups: ["watchdog.dev"], resources: ["agentruns/status"], verbs: ["get", "patch", "update"] },
-    ],
-  }).catch((err) => {
-    if (!(err instanceof Error && "code" in err && (err as { code: number }).code === 409)) throw err;
-  });
+  await ensureSandboxRole(client);
   ns = await newNamespace(client, "aw-guard", RESTRICTED_NAMESPACE);
-  operator = await startOperator(ns, ["--sandbox-service-account=namespace", `--sandbox-cluster-role=${SANDBOX_ROLE}`]);
+  operator = await startOperator(ns, SANDBOX_FLAGS);
 });
 
 afterEach(async (ctx) => {

@@ -10,9 +10,8 @@ import { kubectl, ok } from "../chart/support.ts";
 import { deleteNamespace, kube, newNamespace } from "../support/cluster.ts";
 import { startOperator, type OperatorProcess } from "../support/operator-process.ts";
 import { waitFor } from "../support/wait.ts";
-import { containerdSocket } from "./support.ts";
+import { containerdSocket, ensureSandboxRole, SANDBOX_FLAGS } from "./support.ts";
 
-const SANDBOX_ROLE = "node-test-sandbox";
 const root = new URL("../..", import.meta.url).pathname;
 
 let client: KubeClient;
@@ -26,19 +25,9 @@ beforeAll(async () => {
   image = built.trim().split("\n").at(-1) ?? "";
   expect(image).toMatch(/^localhost\/agent-watchdog-python-example:/);
   // What the chart's sandbox ClusterRole grants; the operator binds each namespace's sandboxes to it.
-  await client.create("/apis/rbac.authorization.k8s.io/v1/clusterroles", {
-    apiVersion: "rbac.authorization.k8s.io/v1",
-    kind: "ClusterRole",
-    metadata: { name: SANDBOX_ROLE },
-    rules: [
-      { apiGroups: ["watchdog.dev"], resources: ["agentruns"], verbs: ["get", "list", "watch"] },
-      { apiGroups: ["watchdog.dev"], resources: ["agentruns/status"], verbs: ["get", "patch", "update"] },
-    ],
-  }).catch((err) => {
-    if (!(err instanceof Error && "code" in err && (err as { code: number }).code === 409)) throw err;
-  });
+  await ensureSandboxRole(client);
   ns = await newNamespace(client, "aw-python", RESTRICTED_NAMESPACE);
-  operator = await startOperator(ns, ["--sandbox-service-account=namespace", `--sandbox-cluster-role=${SANDBOX_ROLE}`]);
+  operator = await startOperator(ns, SANDBOX_FLAGS);
 }, 600_000);
 
 afterAll(async () => {

@@ -3,7 +3,7 @@
 import { join } from "node:path";
 import { inject } from "vitest";
 import { ContainerdView, type NodeContainer } from "../../hack/soak/node-view.ts";
-import { paths, type Json, type KubeClient } from "../../operator/kube/client.ts";
+import { isAlreadyExists, paths, type Json, type KubeClient } from "../../operator/kube/client.ts";
 import { waitFor } from "../support/wait.ts";
 
 /** A restricted-compliant pod of the project image running `script` under Node. */
@@ -109,3 +109,27 @@ export class NodeObserver {
     return (await nodeContainers()).filter((c) => c.namespace === this.namespace && c.pod.startsWith(`${run}-`) && c.status === "RUNNING").map((c) => c.pod);
   }
 }
+
+/** The ClusterRole the operator binds each namespace's sandboxes to in the real-node suites. */
+export const SANDBOX_ROLE = "node-test-sandbox";
+
+/** What the chart's sandbox ClusterRole grants, created once (it may already be there). */
+export async function ensureSandboxRole(client: KubeClient): Promise<void> {
+  await client
+    .create("/apis/rbac.authorization.k8s.io/v1/clusterroles", {
+      apiVersion: "rbac.authorization.k8s.io/v1",
+      kind: "ClusterRole",
+      metadata: { name: SANDBOX_ROLE },
+      rules: [
+        { apiGroups: ["watchdog.dev"], resources: ["agentruns"], verbs: ["get", "list", "watch"] },
+        { apiGroups: ["watchdog.dev"], resources: ["agentruns/status"], verbs: ["get", "patch", "update"] },
+      ],
+    })
+    .catch((err: unknown) => {
+      if (!isAlreadyExists(err)) throw err;
+    });
+}
+
+/** Operator flags that give each namespace's sandboxes a ServiceAccount bound to SANDBOX_ROLE. */
+export const SANDBOX_FLAGS = ["--sandbox-service-account=namespace", `--sandbox-cluster-role=${SANDBOX_ROLE}`];
+

@@ -401,16 +401,23 @@ export class Controller {
       }
       if (tombs.size === 0) this.tombstones.delete(key);
     }
-    const status = (run.status ?? {}) as { nodeName?: string; terminating?: { nodeName?: string }[] };
+    const status = (run.status ?? {}) as { podUID?: string; nodeName?: string; terminating?: { uid?: string; nodeName?: string }[] };
     const names = new Set<string>();
+    const seenPods = new Set<string>();
     for (const pod of [...pods, ...deletedPods]) {
       const node = (pod.spec as { nodeName?: string } | undefined)?.nodeName;
       if (node) names.add(node);
+      const uid = (pod.metadata as { uid?: string } | undefined)?.uid;
+      if (uid) seenPods.add(uid);
     }
     if (status.nodeName) names.add(status.nodeName);
     for (const entry of status.terminating ?? []) if (entry.nodeName) names.add(entry.nodeName);
+    // A pod gone unseen with no node on record may have run on any node: the core checks them all.
+    const unplaced =
+      (status.podUID !== undefined && !status.nodeName && !seenPods.has(status.podUID)) ||
+      (status.terminating ?? []).some((entry) => !entry.nodeName && entry.uid !== undefined && !seenPods.has(entry.uid));
     const inputs: Partial<DecideInput> = { deletedPods };
-    const nodes = this.nodeCache.views(names);
+    const nodes = unplaced ? this.nodeCache.all() : this.nodeCache.views(names);
     if (nodes) inputs.nodes = nodes;
     const seen = this.heartbeatsSeen.get(key);
     if (seen && seen.key === heartbeatKey(run)) inputs.heartbeatSeenAt = seen.at;

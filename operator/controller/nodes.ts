@@ -56,6 +56,11 @@ export class NodeCache {
     this.leases.stop();
   }
 
+  /** Every node as the core sees it; undefined until both caches are synced. */
+  all(): Map<string, NodeView> | undefined {
+    return this.views(this.nodes.list().map((node) => String((node.metadata as Json).name)));
+  }
+
   /** The named nodes as the core sees them; undefined until both caches are synced. */
   views(names: Iterable<string>): Map<string, NodeView> | undefined {
     if (!this.nodes.synced || !this.leases.synced) return undefined;

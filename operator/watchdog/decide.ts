@@ -201,8 +201,12 @@ export function decide(input: DecideInput): Plan {
     phase,
     summary: summaries.filter(Boolean).join("; ") || "no change",
   };
-  const statusPatch = mergePatchDiff(json(pickOperatorStatus(status)), json(next)) as StatusPatch | undefined;
-  if (statusPatch) plan.status = statusPatch;
+  const stored = json(pickOperatorStatus(status));
+  const statusPatch = mergePatchDiff(stored, json(next)) as StatusPatch | undefined;
+  // The node a pod is bound to goes with the next write that is made anyway (the first heartbeat's
+  // phase, or a kill, which records it in the terminating entry): a write of its own would cost a
+  // request per run. Until then a pod that vanishes unseen is checked against every node.
+  if (statusPatch && mergePatchDiff(stored, json({ ...next, nodeName: status.nodeName })) !== undefined) plan.status = statusPatch;
   const annotations = diffAnnotations(run.metadata.annotations ?? {}, next, consumed);
   if (annotations) plan.annotations = annotations;
   if (createPod) {

@@ -21,9 +21,13 @@ export const SERVER_TIME_RESOLUTION_MS = 999;
 /**
  * The current attempt's heartbeat with its server time. `serverTime` is the managedFields time of
  * the heartbeat field (whole seconds); `seenAt` is the operator's own observation of this heartbeat
- * value, used only when the server's record is missing. For deadlines the server's time is rounded
- * up, so that a healthy sandbox is never killed early; for the sandbox's clock offset it is taken
- * as it is (a nudge may then come up to a second early, never late).
+ * value. Both are upper bounds of the moment the write was accepted: the server's time rounded up
+ * to the end of its second, and the operator's sight of the watch event, which can only come after
+ * it. For deadlines the earlier of the two is taken, so that a healthy sandbox is never killed
+ * early and a dead one waits for no more than the watch's delay instead of up to a whole second;
+ * a restarted operator, which saw nothing, uses the server's time and kills at most a second
+ * later. For the sandbox's clock offset the server's time is taken as it is (a nudge may then come
+ * up to a second early, never late).
  */
 export function currentHeartbeat(heartbeat: Heartbeat | undefined, attempt: number, serverTime: number | undefined, seenAt: number | undefined): CurrentHeartbeat | undefined {
   if (!heartbeat || heartbeat.attempt !== attempt) return undefined; // a stale attempt's heartbeat is ignored
@@ -31,7 +35,8 @@ export function currentHeartbeat(heartbeat: Heartbeat | undefined, attempt: numb
   const sandboxTime = toMillis(heartbeat.time);
   const skewMs = at !== undefined && sandboxTime !== undefined ? sandboxTime - at : 0;
   if (at === undefined) return { heartbeat, skewMs };
-  return { heartbeat, acceptedAt: serverTime !== undefined ? serverTime + SERVER_TIME_RESOLUTION_MS : at, skewMs };
+  const bounds = [serverTime !== undefined ? serverTime + SERVER_TIME_RESOLUTION_MS : undefined, seenAt].filter((t): t is number => t !== undefined);
+  return { heartbeat, acceptedAt: Math.min(...bounds), skewMs };
 }
 
 /**

@@ -1,7 +1,6 @@
 // Reasons used in conditions, status.reason, Events, the backoff-reason annotation and metrics.
 export const REASONS = {
   created: "Created",
-  sandboxCreated: "SandboxCreated",
   running: "SandboxRunning",
   heartbeatTimeout: "HeartbeatTimeout",
   podFailed: "PodFailed",

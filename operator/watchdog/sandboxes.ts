@@ -69,8 +69,14 @@ function check(entry: TerminatingPod, input: SandboxInputs, pod: PodView | undef
   }
   const tomb = input.tombstones.get(entry.uid);
   if (tomb && (!isLive(tomb) || !tomb.nodeName)) return { confirmed: true };
-  const nodeName = tomb?.nodeName ?? entry.nodeName;
-  if (!nodeName) return { confirmed: true }; // never bound: no container ever ran
+  if (tomb) return checkOnNode(entry, input, tomb.nodeName as string);
+  // No final state was seen (the operator was not watching): the node it was last known on, or,
+  // with none recorded, any node, since the status records a pod's node lazily.
+  return entry.nodeName ? checkOnNode(entry, input, entry.nodeName) : checkAnywhere(entry, input);
+}
+
+/** A pod that disappeared while bound to `nodeName`: gone once that node's kubelet has had time to stop it. */
+function checkOnNode(entry: TerminatingPod, input: SandboxInputs, nodeName: string): Check {
   let next: TerminatingPod = { ...entry, nodeName };
   if (!next.vanishedAt) next = { ...next, vanishedAt: isoSeconds(input.now) };
   const node = input.nodes?.get(nodeName);
@@ -89,6 +95,34 @@ function check(entry: TerminatingPod, input: SandboxInputs, pod: PodView | undef
     return input.now >= done ? { confirmed: true } : { confirmed: false, entry: next, wakeAt: done };
   }
   return { confirmed: false, entry: next, wakeAt: input.now + CONTACT_POLL_MS };
+}
+
+/**
+ * A pod that disappeared unseen with no node on record: it may have been bound to any node, so it
+ * is gone once every node (the caller passes them all) has been heard from since, or is shut
+ * down, and its grace has passed. A pod that was never bound waits for that too: nothing on record
+ * tells the two apart.
+ */
+function checkAnywhere(entry: TerminatingPod, input: SandboxInputs): Check {
+  const next: TerminatingPod = entry.vanishedAt ? entry : { ...entry, vanishedAt: isoSeconds(input.now) };
+  const grace = (next.gracePeriodSeconds ?? 30) * 1000;
+  const recorded = toMillis(next.contactAt);
+  if (recorded !== undefined) {
+    const done = recorded + grace + CONTACT_MARGIN_MS;
+    return input.now >= done ? { confirmed: true } : { confirmed: false, entry: next, wakeAt: done };
+  }
+  const poll: Check = { confirmed: false, entry: next, wakeAt: input.now + CONTACT_POLL_MS };
+  if (!input.nodes) return poll;
+  const vanishedAt = toMillis(next.vanishedAt) as number;
+  let heardAll = vanishedAt;
+  for (const node of input.nodes.values()) {
+    if (node.outOfService) continue;
+    if (node.lastContact === undefined || node.lastContact <= vanishedAt) return poll;
+    heardAll = Math.max(heardAll, node.lastContact);
+  }
+  const contacted: TerminatingPod = { ...next, contactAt: isoSeconds(heardAll) };
+  const done = (toMillis(contacted.contactAt) as number) + grace + CONTACT_MARGIN_MS;
+  return input.now >= done ? { confirmed: true } : { confirmed: false, entry: contacted, wakeAt: done };
 }
 
 /** Classifies the run's pods and confirms what can be confirmed of those being deleted. */

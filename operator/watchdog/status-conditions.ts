@@ -51,9 +51,11 @@ export function conditionsFor(f: ConditionFacts): Condition[] {
     const first = f.overdue.find((u) => u.reason === REASONS.nodeUnreachable) ?? (f.overdue[0] as Unconfirmed);
     const where = first.entry.nodeName ? ` on node ${first.entry.nodeName}` : "";
     const why =
-      first.reason === REASONS.nodeUnreachable
-        ? `its node is not Ready, so its containers may still run`
-        : `the kubelet has not confirmed that its containers stopped`;
+      first.reason !== REASONS.nodeUnreachable
+        ? `the kubelet has not confirmed that its containers stopped`
+        : first.entry.nodeName
+          ? `its node is not Ready, so its containers may still run`
+          : `it vanished with no node on record, and not every node has been heard from since, so its containers may still run`;
     set("SandboxUnconfirmed", "True", first.reason, `sandbox pod ${first.entry.name}${where} was deleted at ${first.entry.since} and is not confirmed gone: ${why}; no replacement starts until it is`);
   } else if (findCondition(conditions, "SandboxUnconfirmed")) set("SandboxUnconfirmed", "False", REASONS.sandboxGone, "");
   return conditions;

@@ -211,6 +211,16 @@ export class World {
       if (isLive(podView(pod))) this.orphans.push({ name: pod.metadata.name, ...(this.kubelet === "cutOff" ? {} : { diesAt: this.now + 2_000 }) });
     }
   }
+  /**
+   * The current pod's object disappears while no operator watches, so no final state of it is
+   * seen (an operator restarted meanwhile); on a cut-off node its containers run on.
+   */
+  podVanishedUnseen(): void {
+    const pod = this.currentPod();
+    if (!pod) return;
+    this.pods.delete(pod.metadata.name);
+    if (isLive(podView(pod))) this.orphans.push({ name: pod.metadata.name, ...(this.kubelet === "cutOff" ? {} : { diesAt: this.now + 2_000 }) });
+  }
   podRunning(): void {
     const pod = this.currentPod();
     if (pod) pod.status = { phase: "Running", containerStatuses: [{ name: "agent", state: { running: { startedAt: iso(this.now) } } }] };

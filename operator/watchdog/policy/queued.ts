@@ -43,7 +43,8 @@ export function queued(view: RunView, next: OperatorStatus): Outcome {
     phase: { phase: "Starting" },
     createPod: true,
     set: { podName: name, podUID: undefined, nodeName: undefined, startTime: next.startTime ?? isoSeconds(view.now), stall: { ...DISARMED } },
-    events: [event("Normal", REASONS.sandboxCreated, "CreatePod", `created sandbox pod ${name} for attempt ${attempt}`)],
+    // No Event: the start is in status already (the Starting transition with its attempt, and the
+    // Running condition naming the pod), and an Event would cost every run a request of its own.
     wakeAt: [view.now + view.settings.startTimeoutMs + 1],
   };
 }

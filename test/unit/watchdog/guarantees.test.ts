@@ -69,6 +69,39 @@ describe("rule 9: confirmed before replaced", () => {
     expect(w.violations).toEqual([]);
   });
 
+  it("records the node with the next write it makes anyway, not with a write of its own", () => {
+    const w = new World(quick);
+    w.settle();
+    expect(w.events()).toEqual([]); // the start is in status; an Event would cost a request of its own
+    w.podRunning(); // bound and started
+    expect(isQuiet(w.settle())).toBe(true);
+    expect(w.status.nodeName).toBeUndefined();
+    w.heartbeat("Planning");
+    w.settle();
+    expect(w.status).toMatchObject({ phase: "Planning", nodeName: NODE });
+  });
+
+  it("takes a pod that vanished unseen, with no node on record, as possibly running on any node", () => {
+    const w = new World(quick);
+    w.settle();
+    w.podRunning();
+    w.settle();
+    expect(w.status.nodeName).toBeUndefined();
+    w.kubelet = "cutOff";
+    w.podVanishedUnseen(); // its container runs on, on a node the operator no longer hears from
+    w.runUntil(w.now + 5 * M);
+    expect(w.created).toHaveLength(1);
+    expect(w.condition("SandboxUnconfirmed")).toMatchObject({ status: "True", reason: "NodeUnreachable" });
+    expect(w.condition("SandboxUnconfirmed")!.message).toContain("no node on record");
+    const back = w.now;
+    w.nodeBack();
+    w.settle();
+    expect(w.created).toHaveLength(1); // heard from again: its kubelet gets the pod's grace to stop it
+    w.runUntil(back + 40 * S);
+    expect(w.created.map((c) => c.attempt)).toEqual([1, 2]);
+    expect(w.violations).toEqual([]);
+  });
+
   it("leaves a pod on an out-of-service node to the pod garbage collector and goes on", () => {
     const plan = decide({
       run: run({
@@ -211,6 +244,21 @@ describe("rule 2: liveness on the server's clock", () => {
     expect(decide({ run: r, pods: [p], now: T0, heartbeatSeenAt: T0 - 10 * S }).deletePods).toEqual([]);
     // Without either, the agent's start is the last sign of life, and that is long past.
     expect(decide({ run: r, pods: [p], now: T0 }).deletePods).toHaveLength(1);
+  });
+
+  it("counts from its own sight of a heartbeat when that is earlier than the server's whole second, and a restarted operator from the server's", () => {
+    const r = run({ spec: quick, status: { phase: "Planning", attempt: 1, restarts: 0, podName: "r-1", podUID: "uid-pod-1", heartbeat: { time: iso(T0), attempt: 1, state: "Planning" } } });
+    r.metadata.managedFields = heartbeatManagedFields(T0 + 100); // accepted at T0 + 0.1 s, recorded as T0
+    const p = pod(1, { created: T0 - 10 * M });
+    p.status.containerStatuses = [{ name: "agent", state: { running: { startedAt: iso(T0 - 10 * M) } } }];
+    const seenAt = T0 + 150;
+    expect(decide({ run: r, pods: [p], now: seenAt + 1 * M - 1, heartbeatSeenAt: seenAt }).deletePods).toEqual([]);
+    expect(decide({ run: r, pods: [p], now: seenAt + 1 * M + 1, heartbeatSeenAt: seenAt }).deletePods).toHaveLength(1);
+    // Without its own sight, the end of the server's second: later, never earlier.
+    expect(decide({ run: r, pods: [p], now: T0 + 999 + 1 * M - 1 }).deletePods).toEqual([]);
+    expect(decide({ run: r, pods: [p], now: T0 + 999 + 1 * M + 1 }).deletePods).toHaveLength(1);
+    // A late sight (a slow watch) never moves the deadline past the server's record.
+    expect(decide({ run: r, pods: [p], now: T0 + 999 + 1 * M + 1, heartbeatSeenAt: T0 + 5 * S }).deletePods).toHaveLength(1);
   });
 
   it("neither kills the current sandbox nor keeps it alive for long when an earlier attempt's late heartbeat replaces its own", () => {

@@ -44,6 +44,8 @@ export interface RunObserver {
 
 const keyOf = (namespace: string, name: string) => `${namespace}/${name}`;
 
+/** How long a run's mirror annotations may wait for idle workers (see mayDeferMirror). */
+const MIRROR_DEFERRAL_MS = 5_000;
 /** How long the final state of a deleted pod is kept for the run it belonged to. */
 const TOMBSTONE_TTL_MS = 10 * 60_000;
 
@@ -90,6 +92,7 @@ export class Controller {
     this.wakeups = new Wakeups((key) => this.queue.add(key));
     this.executor = new Executor(client, recorder, () => this.options.defaults, options.sandbox, Date.now, (key, run, pods) => this.inputsFor(key, run, pods));
     this.executor.trustCache = () => this.cacheCurrent();
+    this.executor.mayDeferMirror = (key) => this.mayDeferMirror(key);
     this.nodeCache = new NodeCache(client, { resyncMs: options.resyncMs, silenceMs: options.watchSilenceMs, log });
     metrics.maxConcurrentReconciles.set({ controller: CONTROLLER }, options.concurrency);
     metrics.activeWorkers.set({ controller: CONTROLLER }, 0);
@@ -162,7 +165,7 @@ export class Controller {
     this.wakeups.clear();
     for (const informer of this.informers) informer.stop();
     const deadline = Date.now() + 10_000;
-    while (this.workers > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    while ((this.workers > 0 || this.processing > 0) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
   }
 
   /**
@@ -177,6 +180,9 @@ export class Controller {
       try {
         const list = await this.client.get<{ metadata: { resourceVersion: string } }>(informer.options.path, { limit: 1, labelSelector: informer.options.labelSelector });
         this.termStart.set(informer, list.metadata.resourceVersion);
+        // A cache behind that point would wait for an event of its own objects to catch up, and
+        // every pod create until then would list first: list again once instead.
+        if (!this.cacheCurrent(informer)) informer.refresh();
       } catch (err) {
         this.log.warn({ err: String(err), informer: informer.options.name }, "could not read where the API server stands; pod creates list live pods first");
       }
@@ -184,8 +190,8 @@ export class Controller {
   }
 
   /** Whether every run and pod cache has caught up to where the API server stood when this replica began to lead. */
-  cacheCurrent(): boolean {
-    return [...this.runInformers, ...this.podInformers].every((informer) => {
+  cacheCurrent(only?: Informer): boolean {
+    return (only ? [only] : [...this.runInformers, ...this.podInformers]).every((informer) => {
       // Resource versions are etcd revisions; one that is not a number proves nothing.
       const start = this.termStart.get(informer);
       const now = informer.version;
@@ -257,6 +263,7 @@ export class Controller {
       this.heartbeatsSeen.delete(key);
       this.liveness.delete(key);
       this.tombstones.delete(key);
+      this.mirrorsDeferred.delete(key);
       this.written.forget(key);
       return;
     }
@@ -318,28 +325,27 @@ export class Controller {
     return undefined;
   }
 
+  /**
+   * A worker takes one run at a time. A new run waits only for its pod create: the status and
+   * annotation writes after it need not hold the worker, which goes on to the next run while they
+   * finish (at most `concurrency` such trailing writes at once), so that a burst of new runs gets
+   * its pods first. The run stays in processing until its writes are done: no other worker takes
+   * it meanwhile, and its events wait for them.
+   */
   private async worker(): Promise<void> {
     this.workers++;
     try {
       for (;;) {
         const key = await this.queue.get();
         if (key === undefined) return;
-        this.metrics.activeWorkers.inc({ controller: CONTROLLER });
-        const timer = this.metrics.reconcileTime.startTimer({ controller: CONTROLLER });
-        try {
-          const result = await this.reconcile(key);
-          this.queue.forget(key);
-          this.metrics.reconcileTotal.inc({ controller: CONTROLLER, result });
-        } catch (err) {
-          this.metrics.reconcileTotal.inc({ controller: CONTROLLER, result: "error" });
-          this.metrics.reconcileErrors.inc({ controller: CONTROLLER });
-          this.log.error({ err: String(err), key }, "reconcile failed; retrying with backoff");
-          this.queue.addRateLimited(key);
-        } finally {
-          timer();
-          this.metrics.activeWorkers.dec({ controller: CONTROLLER });
-          this.queue.done(key);
-        }
+        let handOff = () => {};
+        const handedOff = new Promise<void>((resolve) => (handOff = resolve));
+        const processed = this.process(key, () => {
+          if (this.trailing >= this.options.concurrency) return false;
+          handOff();
+          return true;
+        });
+        await Promise.race([processed, handedOff]);
         // A reconcile that writes nothing never leaves the microtask queue, so a resync of 10,000
         // runs would hold the event loop until all were decided: no watch event, timer, probe or
         // scrape in between. Yield to them after each one.
@@ -350,8 +356,59 @@ export class Controller {
     }
   }
 
+  /** Runs whose mirror annotations wait for idle workers, with when they were first deferred. */
+  private readonly mirrorsDeferred = new Map<string, number>();
+
+  /**
+   * A run's mirror annotations (the attempt number, a finished backoff) wait while other runs wait
+   * for a worker, for at most MIRROR_DEFERRAL_MS: under a burst of new runs the pods and the
+   * statuses that name them come first, and one write a run comes after. The status holds what
+   * they mirror.
+   */
+  private mayDeferMirror(key: string): boolean {
+    const since = this.mirrorsDeferred.get(key) ?? Date.now();
+    if (this.queue.length === 0 || Date.now() - since >= MIRROR_DEFERRAL_MS) return false;
+    this.mirrorsDeferred.set(key, since);
+    return true;
+  }
+
+  /** Trailing writes of runs whose worker went on after the pod create (see worker). */
+  private trailing = 0;
+  /** Reconciles under way, trailing ones included. */
+  private processing = 0;
+
+  /** One run through reconcile, with its metrics and its place in the queue; never throws. */
+  private async process(key: string, mayHandOff: () => boolean): Promise<void> {
+    this.processing++;
+    let trailing = false;
+    this.metrics.activeWorkers.inc({ controller: CONTROLLER });
+    const timer = this.metrics.reconcileTime.startTimer({ controller: CONTROLLER });
+    try {
+      const result = await this.reconcile(key, () => {
+        if (trailing || !mayHandOff()) return;
+        // The worker is free again: what remains is a trailing write, not a worker's.
+        trailing = true;
+        this.trailing++;
+        this.metrics.activeWorkers.dec({ controller: CONTROLLER });
+      });
+      this.queue.forget(key);
+      this.metrics.reconcileTotal.inc({ controller: CONTROLLER, result });
+    } catch (err) {
+      this.metrics.reconcileTotal.inc({ controller: CONTROLLER, result: "error" });
+      this.metrics.reconcileErrors.inc({ controller: CONTROLLER });
+      this.log.error({ err: String(err), key }, "reconcile failed; retrying with backoff");
+      this.queue.addRateLimited(key);
+    } finally {
+      timer();
+      if (trailing) this.trailing--;
+      else this.metrics.activeWorkers.dec({ controller: CONTROLLER });
+      this.queue.done(key);
+      this.processing--;
+    }
+  }
+
   /** One reconcile: decide from the cache; execute against fresh reads only when there is work. */
-  private async reconcile(key: string): Promise<"success" | "requeue_after"> {
+  private async reconcile(key: string, podCreated: () => void): Promise<"success" | "requeue_after"> {
     const cached = this.cachedRun(key);
     const run = this.written.currentRun(key, cached);
     if (!run) {
@@ -366,7 +423,7 @@ export class Controller {
       const status = (run.status ?? {}) as { attempt?: number };
       const log = this.log.child({ namespace, name, attempt: status.attempt, reconcileID: randomUUID() });
       try {
-        executed = await this.executor.execute(namespace, name, log, { run, pods, plan });
+        executed = await this.executor.execute(namespace, name, log, { run, pods, plan }, podCreated);
       } catch (err) {
         // A write of a plan made from what this operator wrote may have been refused because it is
         // out of date: decide from the cache alone next time.
@@ -379,6 +436,11 @@ export class Controller {
         this.wakeups.set(key, undefined);
         return "success";
       }
+      if (executed.annotationsDeferred) {
+        // Owed: when the workers are idle, and at the latest once the deferral is over.
+        this.queue.addWhenIdle(key);
+        this.queue.addAfter(key, MIRROR_DEFERRAL_MS - (Date.now() - (this.mirrorsDeferred.get(key) ?? Date.now())) + 1);
+      } else this.mirrorsDeferred.delete(key);
       if (executed.run && executed.run !== run) this.written.run(key, trimRun(executed.run));
       for (const pod of executed.podsWritten ?? []) this.written.pod(key, trimPod(pod));
       if (!isQuiet(plan)) log.info({ phase: plan.phase, summary: plan.summary }, "executed plan");

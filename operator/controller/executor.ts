@@ -19,7 +19,7 @@
 // run: the cache could otherwise miss one that another replica created. After a conflict the plan
 // is made again from a fresh read of the run and its pods.
 import type { Logger } from "pino";
-import { LABELS } from "../api/annotations.ts";
+import { ANNOTATIONS, LABELS } from "../api/annotations.ts";
 import type { InstallDefaults } from "../api/defaults.ts";
 import { ApiError, isAlreadyExists, isConflict, isNotFound, paths, type Json, type KubeClient } from "../kube/client.ts";
 import { decide, type DecideInput } from "../watchdog/decide.ts";
@@ -40,6 +40,21 @@ export interface Executed {
   deletedPods?: string[];
   /** Pods as the API server answered their create or delete, for the cache to show until it catches up. */
   podsWritten?: Json[];
+  /** The plan's annotations were left for a later reconcile (see mirrorOnly and mayDeferMirror). */
+  annotationsDeferred?: boolean;
+}
+
+/** The annotations that mirror status: the attempt, and the backoff that a new attempt clears. */
+const MIRROR_ANNOTATIONS: ReadonlySet<string> = new Set([ANNOTATIONS.attempt, ANNOTATIONS.retryAfter, ANNOTATIONS.backoffReason]);
+
+/**
+ * Whether a plan's annotation write only catches the mirror up with status (the attempt number a
+ * status write already holds, a backoff that is over), so that it may trail: every later decision
+ * re-diffs it. A retry-after being set is never such a write: it is the durable wake-up.
+ */
+function mirrorOnly(annotations: Plan["annotations"]): boolean {
+  if (!annotations) return false;
+  return Object.entries(annotations).every(([key, value]) => key === ANNOTATIONS.attempt || (MIRROR_ANNOTATIONS.has(key) && value === null));
 }
 
 /** A plan made from the cache, with what it was made from. */
@@ -76,6 +91,11 @@ export class Executor {
    * a pod create needs no live list first (see Controller.cacheCurrent).
    */
   trustCache: () => boolean = () => false;
+  /**
+   * Whether the run's mirror annotations (see mirrorOnly) may be left for a later reconcile, which
+   * the caller then owes the run (Executed.annotationsDeferred).
+   */
+  mayDeferMirror: (key: string) => boolean = () => false;
 
   constructor(
     client: KubeClient,
@@ -107,9 +127,10 @@ export class Executor {
 
   /**
    * Carries out a plan made from the cache, or, without one (or after a conflict), reads the run
-   * and its pods live, decides again and carries out what that says.
+   * and its pods live, decides again and carries out what that says. `podCreated` is called once
+   * the plan's pod exists, before the writes that follow it.
    */
-  async execute(namespace: string, name: string, log: Logger, cached?: CachedDecision): Promise<Executed> {
+  async execute(namespace: string, name: string, log: Logger, cached?: CachedDecision, podCreated: () => void = () => {}): Promise<Executed> {
     for (let attempt = 0; ; attempt++) {
       let run: Json;
       let pods: Json[];
@@ -133,7 +154,7 @@ export class Executor {
       }
       if (isQuiet(plan)) return { plan, run };
       try {
-        return await this.apply(run, pods, plan, log);
+        return await this.apply(run, pods, plan, log, podCreated);
       } catch (err) {
         if (isConflict(err) && !isAlreadyExists(err) && attempt < MAX_CONFLICT_RETRIES) {
           log.debug({ attempt }, "conflict; deciding again from a fresh read");
@@ -144,7 +165,7 @@ export class Executor {
     }
   }
 
-  private async apply(run: Json, pods: Json[], plan: Plan, log: Logger): Promise<Executed> {
+  private async apply(run: Json, pods: Json[], plan: Plan, log: Logger, podCreated: () => void): Promise<Executed> {
     const meta = run.metadata as { name: string; namespace: string; resourceVersion: string; uid: string };
     let current = run;
     const result: Executed = { plan, run };
@@ -179,6 +200,7 @@ export class Executor {
       if (uid) status = { ...(status ?? {}), podUID: uid };
       result.podsWritten = [created];
       log.info({ pod: plan.createPod.metadata.name, uid }, "created sandbox pod");
+      podCreated();
     }
 
     if (status) {
@@ -203,9 +225,11 @@ export class Executor {
     // A status write that was accepted shows the run was current; without one, the annotations
     // carry the precondition themselves, so that a stale run cannot move an attempt back.
     const precondition = status ? {} : { resourceVersion: meta.resourceVersion };
+    const deferred = mirrorOnly(plan.annotations) && this.mayDeferMirror(`${meta.namespace}/${meta.name}`);
+    if (deferred) result.annotationsDeferred = true;
     const [deleted, annotated] = await Promise.all([
       this.deletePods(meta.namespace, plan.deletePods, log),
-      plan.annotations ? this.client.mergePatch(paths.run(meta.namespace, meta.name), { metadata: { ...precondition, annotations: plan.annotations } }) : undefined,
+      plan.annotations && !deferred ? this.client.mergePatch(paths.run(meta.namespace, meta.name), { metadata: { ...precondition, annotations: plan.annotations } }) : undefined,
     ]);
     if (deleted) {
       const { podsWritten, ...rest } = deleted;

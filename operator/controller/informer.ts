@@ -123,6 +123,20 @@ export class Informer {
     for (const object of this.objects.values()) this.emit("resync", object);
   }
 
+  /**
+   * Lists again now and watches from there, so that the cache's version reaches where the API
+   * server stands even when no event of its objects comes (a namespace with none of them yet).
+   */
+  refresh(): void {
+    if (this.stopped) return;
+    this.generation++;
+    this.request?.abort();
+    this.request = undefined;
+    clearTimeout(this.retryTimer);
+    this.resourceVersion = "";
+    void this.run(this.generation);
+  }
+
   /** Drops the current connection and starts over after a backoff. */
   private restart(err: unknown): void {
     if (this.stopped) return;

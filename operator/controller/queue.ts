@@ -2,7 +2,10 @@
 // - a key waiting in the queue is queued once, however often it is added;
 // - a key being processed is never handed to a second worker; if it is added meanwhile, it is
 //   queued again when the first worker is done;
-// - failed keys come back after max(per-key exponential backoff, overall token bucket).
+// - failed keys come back after max(per-key exponential backoff, overall token bucket);
+// - keys added "when idle" are handed out only when no other key waits, so that work which may
+//   trail (a run's mirror annotations) takes only the workers' idle time; a plain add makes such a
+//   key urgent again.
 
 export interface QueueMetrics {
   depth(n: number): void;
@@ -61,6 +64,10 @@ export class TokenBucket {
 
 export class WorkQueue {
   private readonly queue: string[] = [];
+  /** Keys waiting at idle priority, oldest first (also in `dirty`). */
+  private readonly idleQueue = new Set<string>();
+  /** Dirty keys whose pending work is idle work only. */
+  private readonly idle = new Set<string>();
   private readonly dirty = new Set<string>();
   private readonly processing = new Set<string>();
   private readonly addedAt = new Map<string, number>();
@@ -79,8 +86,24 @@ export class WorkQueue {
   add(key: string): void {
     if (this.shuttingDown) return;
     this.metrics.add();
-    if (this.dirty.has(key)) return;
+    if (this.dirty.has(key)) {
+      // Waiting at idle priority: it is urgent now.
+      if (this.idle.delete(key) && this.idleQueue.delete(key)) this.push(key);
+      return;
+    }
     this.dirty.add(key);
+    this.addedAt.set(key, performance.now());
+    if (this.processing.has(key)) return; // re-queued by done()
+    this.push(key);
+  }
+
+  /** Adds the key at idle priority: handed out only when no other key waits. */
+  addWhenIdle(key: string): void {
+    if (this.shuttingDown) return;
+    this.metrics.add();
+    if (this.dirty.has(key)) return; // queued already, at either priority
+    this.dirty.add(key);
+    this.idle.add(key);
     this.addedAt.set(key, performance.now());
     if (this.processing.has(key)) return; // re-queued by done()
     this.push(key);
@@ -119,7 +142,7 @@ export class WorkQueue {
 
   /** The next key to process, or undefined once the queue is shut down. */
   get(): Promise<string | undefined> {
-    const key = this.queue.shift();
+    const key = this.queue.shift() ?? this.shiftIdle();
     if (key !== undefined) return Promise.resolve(this.take(key));
     if (this.shuttingDown) return Promise.resolve(undefined);
     return new Promise((resolve) => this.waiters.push(resolve));
@@ -134,7 +157,7 @@ export class WorkQueue {
   }
 
   get length(): number {
-    return this.queue.length;
+    return this.queue.length + this.idleQueue.size;
   }
 
   /** How long the oldest key being processed has been at it (ms), 0 when idle. */
@@ -157,18 +180,26 @@ export class WorkQueue {
       waiter(this.take(key));
       return;
     }
-    this.queue.push(key);
-    this.metrics.depth(this.queue.length);
+    if (this.idle.has(key)) this.idleQueue.add(key);
+    else this.queue.push(key);
+    this.metrics.depth(this.length);
+  }
+
+  private shiftIdle(): string | undefined {
+    const key = this.idleQueue.values().next().value;
+    if (key !== undefined) this.idleQueue.delete(key);
+    return key;
   }
 
   private take(key: string): string {
     this.dirty.delete(key);
+    this.idle.delete(key);
     this.processing.add(key);
     const added = this.addedAt.get(key);
     if (added !== undefined) this.metrics.latency((performance.now() - added) / 1000);
     this.addedAt.delete(key);
     this.startedAt.set(key, performance.now());
-    this.metrics.depth(this.queue.length);
+    this.metrics.depth(this.length);
     return key;
   }
 }

@@ -30,6 +30,32 @@ describe("WorkQueue", () => {
     expect(second).toBe("a");
   });
 
+  it("hands out keys added when idle only when no other key waits, and makes them urgent on a plain add", async () => {
+    const q = new WorkQueue();
+    q.addWhenIdle("mirror");
+    q.add("a");
+    q.addWhenIdle("later");
+    q.add("b");
+    expect(q.length).toBe(4);
+    expect(await q.get()).toBe("a");
+    expect(await q.get()).toBe("b");
+    q.add("later"); // an event for it: urgent now, ahead of the other idle key
+    expect(await q.get()).toBe("later");
+    expect(await q.get()).toBe("mirror");
+    expect(q.length).toBe(0);
+  });
+
+  it("keeps a key added when idle while it is processed for after it is done, at idle priority", async () => {
+    const q = new WorkQueue();
+    q.add("a");
+    const first = await q.get();
+    q.addWhenIdle("a");
+    q.add("b");
+    q.done(first!);
+    expect(await q.get()).toBe("b");
+    expect(await q.get()).toBe("a");
+  });
+
   it("backs a failing key off exponentially and forgets it on success", () => {
     const b = new ItemBackoff(5, 1000);
     expect([b.when("k"), b.when("k"), b.when("k"), b.when("k")]).toEqual([5, 10, 20, 40]);

@@ -2,12 +2,14 @@
 //
 // Starts N runs against the local control plane and a real operator process, heartbeats them the
 // way the sandbox SDK does, then stops each run's heartbeats at a known time. It prints:
-// - deadline -> pod deletion request latency (p50, p99, max), observed from a watch on the pods;
+// - deadline -> pod deletion request latency (p50, p99, max), observed from a watch on the pods,
+//   from the sandbox's own time of its last heartbeat and from the API server's answer to it;
 // - the operator's API writes per heartbeat, from its own rest_client_requests_total;
 // - the operator's RSS.
 //
-// Usage: npm run bench:detect -- [--runs 200] [--timeout 10s] [--spread 20s] [--concurrency N]
-// (--concurrency defaults to the operator's own default).
+// Usage: npm run bench:detect -- [--runs 200] [--timeout 10s] [--spread 20s] [--concurrency N] [--from-sources]
+// (--concurrency defaults to the operator's own default; --from-sources runs the operator's
+// TypeScript instead of the JavaScript the image runs).
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
@@ -16,7 +18,7 @@ import { parseArgs } from "node:util";
 import { parseDuration } from "../../operator/api/duration.ts";
 import { LABELS } from "../../operator/api/annotations.ts";
 import { paths, type Json } from "../../operator/kube/client.ts";
-import { clientFor, controlPlaneUp, operatorWrites as writes, percentile, pool, root, until } from "./lib.ts";
+import { clientFor, componentPid, controlPlaneUp, cpuSecondsOf, FROM_SOURCES_OPTION, histogram, operatorMain, operatorWrites as writes, percentile, pool, quantile, since, until } from "./lib.ts";
 
 const { values } = parseArgs({
   options: {
@@ -25,6 +27,7 @@ const { values } = parseArgs({
     spread: { type: "string", default: "20s" },
     concurrency: { type: "string" },
     "heartbeat-interval": { type: "string" },
+    ...FROM_SOURCES_OPTION,
   },
 });
 const N = Number(values.runs);
@@ -54,7 +57,7 @@ async function main(): Promise<void> {
   const operator = spawn(
     process.execPath,
     [
-      `${root}operator/cli/operator.ts`,
+      operatorMain(values["from-sources"]),
       `--namespaces=${ns}`,
       ...(values.concurrency ? [`--concurrency=${values.concurrency}`] : []),
       `--metrics-bind-address=127.0.0.1:${metricsPort}`,
@@ -75,15 +78,20 @@ async function main(): Promise<void> {
     // reached; the time of its last acknowledged heartbeat plus the timeout is its deadline.
     const stopAt = new Map<string, number>();
     const deadlines = new Map<string, number>();
+    // The same deadline counted from the API server's answer to the last heartbeat: the server
+    // accepted it between the sandbox's time and then, so the difference is the write's own delay.
+    const answeredDeadlines = new Map<string, number>();
     let heartbeats = 0;
     const heartbeatLoop = async (name: string, i: number) => {
       await new Promise((r) => setTimeout(r, (i / N) * heartbeatEveryMs));
       for (;;) {
         const last = await heartbeat(name);
+        const answeredAt = Date.now();
         heartbeats++;
         const next = Date.now() + heartbeatEveryMs;
         if (next >= (stopAt.get(name) ?? Infinity)) {
           deadlines.set(`${name}-1`, Date.parse(((last.status as Json).heartbeat as { time: string }).time) + timeoutMs);
+          answeredDeadlines.set(`${name}-1`, answeredAt + timeoutMs);
           return;
         }
         await new Promise((r) => setTimeout(r, next - Date.now()));
@@ -133,14 +141,21 @@ async function main(): Promise<void> {
       () => {},
       600_000,
     );
+    // What the kills cost on each side: the operator's request latency and the API server's CPU.
+    const beforeKills = await metrics();
+    const apiserverPid = componentPid(kubeconfig, "kube-apiserver");
+    const apiserverCpuBefore = cpuSecondsOf(apiserverPid);
+    const killsFrom = Date.now();
     const stopStart = Date.now() + 1000;
     log(`stopping heartbeats of ${N} runs over ${values.spread}`);
     names.forEach((name, i) => stopAt.set(name, stopStart + (i / N) * spreadMs));
     await Promise.all(loops);
     await until("every hung pod deleted", async () => names.every((n) => deletedAt.has(`${n}-1`)), timeoutMs + spreadMs + 120_000);
     watch.abort();
+    const apiserverCores = (cpuSecondsOf(apiserverPid) - apiserverCpuBefore) / ((Date.now() - killsFrom) / 1000);
 
     const latencies = [...deadlines].map(([pod, deadline]) => (deletedAt.get(pod) as number) - deadline).sort((a, b) => a - b);
+    const fromAnswer = [...answeredDeadlines].map(([pod, deadline]) => (deletedAt.get(pod) as number) - deadline).sort((a, b) => a - b);
     const finalMetrics = await metrics();
     const rssLine = finalMetrics.split("\n").find((l) => l.startsWith("process_resident_memory_bytes "));
     let rss = rssLine ? Number(rssLine.split(" ")[1]) : NaN;
@@ -154,6 +169,10 @@ async function main(): Promise<void> {
     const concurrencyLine = finalMetrics.split("\n").find((l) => l.startsWith("controller_runtime_max_concurrent_reconciles{"));
     const concurrency = concurrencyLine ? Number(concurrencyLine.slice(concurrencyLine.lastIndexOf(" ") + 1)) : NaN;
     const early = latencies.filter((l) => l < 0).length;
+    const ms = (seconds: number) => Math.round(seconds * 1000);
+    const requestP99 = (verb: string) =>
+      ms(quantile(since(histogram(finalMetrics, "rest_client_request_duration_seconds", (l) => l.includes(`verb="${verb}"`)), histogram(beforeKills, "rest_client_request_duration_seconds", (l) => l.includes(`verb="${verb}"`))), 0.99));
+    const detection = since(histogram(finalMetrics, "watchdog_detection_latency_seconds"), histogram(beforeKills, "watchdog_detection_latency_seconds"));
     const result = {
       runs: N,
       heartbeatTimeout: values.timeout,
@@ -162,7 +181,12 @@ async function main(): Promise<void> {
       operatorWritesDuringHeartbeats: writesDuring,
       operatorWritesPerHeartbeat: steadyHeartbeats ? writesDuring / steadyHeartbeats : 0,
       deadlineToDeletionMs: { p50: percentile(latencies, 50), p99: percentile(latencies, 99), max: latencies.at(-1), min: latencies[0] },
+      answeredDeadlineToDeletionMs: { p50: percentile(fromAnswer, 50), p99: percentile(fromAnswer, 99), max: fromAnswer.at(-1), min: fromAnswer[0] },
       deletedBeforeDeadline: early,
+      // The operator's own figure: its deadline (the server's record of the heartbeat) to its delete.
+      operatorDetectionMs: { p50: ms(quantile(detection, 0.5)), p99: ms(quantile(detection, 0.99)) },
+      operatorRequestP99Ms: { PATCH: requestP99("PATCH"), DELETE: requestP99("DELETE") },
+      apiserverCores: Math.round(apiserverCores * 100) / 100,
       operatorRssMiB: Math.round((rss / 1024 / 1024) * 10) / 10,
       operatorHeapUsedMiB: heapMiB,
     };
@@ -172,6 +196,9 @@ async function main(): Promise<void> {
         `heartbeat timeout             ${values.timeout} (a heartbeat every ${heartbeatEveryMs} ms per run)`,
         `operator concurrency          ${concurrency}`,
         `deadline -> pod deletion      p50 ${result.deadlineToDeletionMs.p50} ms   p99 ${result.deadlineToDeletionMs.p99} ms   max ${result.deadlineToDeletionMs.max} ms`,
+        `  from the heartbeat's answer p50 ${result.answeredDeadlineToDeletionMs.p50} ms   p99 ${result.answeredDeadlineToDeletionMs.p99} ms   max ${result.answeredDeadlineToDeletionMs.max} ms`,
+        `  as the operator counts it   p50 ${result.operatorDetectionMs.p50} ms   p99 ${result.operatorDetectionMs.p99} ms (its histogram's buckets)`,
+        `operator's requests, p99      status PATCH ${result.operatorRequestP99Ms.PATCH} ms, pod DELETE ${result.operatorRequestP99Ms.DELETE} ms; API server ${result.apiserverCores} cores busy`,
         `deleted before the deadline   ${early}`,
         `operator writes / heartbeat   ${result.operatorWritesPerHeartbeat.toFixed(4)}  (${writesDuring} writes during ${steadyHeartbeats} heartbeats)`,
         `operator RSS                  ${result.operatorRssMiB} MiB (V8 heap in use ${heapMiB} MiB)`,

@@ -28,6 +28,8 @@ import {
   sample,
   since,
   startOperator,
+  FROM_SOURCES_OPTION,
+  operatorMain,
   until,
   type OperatorChild,
 } from "./lib.ts";
@@ -39,6 +41,8 @@ const HELP = `usage: npm run bench:scale -- [--runs 10000] [--heartbeat-sample 1
   --heartbeat-sample N   runs that heartbeat every 10 s for a minute once all are in place
                          (default 1000, at most --runs)
   --concurrency N        the operator's --concurrency (default: its own default)
+  --from-sources         run the operator from its TypeScript sources, not as the image runs it
+                         (as JavaScript); its memory then includes the type stripper's
 
 Needs the local control plane with a kwok node (started if it is not running). Prints a table and
 one JSON line.
@@ -49,6 +53,7 @@ const { values } = parseArgs({
     runs: { type: "string", default: "10000" },
     "heartbeat-sample": { type: "string", default: "1000" },
     concurrency: { type: "string" },
+    ...FROM_SOURCES_OPTION,
     help: { type: "boolean", default: false },
   },
 });
@@ -64,6 +69,7 @@ const HEARTBEAT_WINDOW_MS = 60_000;
 const RESYNC = "1m";
 const log = (message: string) => logAs("bench:scale", message);
 const MiB = (bytes: number) => round(bytes / 1024 / 1024, 1);
+const operatorEntry = operatorMain(values["from-sources"]);
 const operatorArgs = values.concurrency ? [`--concurrency=${values.concurrency}`] : [];
 
 /** Pods of the namespace the bench has seen running, by run name. */
@@ -141,7 +147,7 @@ async function main(): Promise<void> {
   const apiBefore = await apiserverMetrics(client);
   const census = new PodCensus(client, ns);
   await census.start();
-  let operator = await startOperator(kubeconfig, [ns], operatorArgs, ["--expose-gc"]);
+  let operator = await startOperator(operatorEntry, kubeconfig, [ns], operatorArgs, ["--expose-gc"]);
   let operatorCpu = 0;
   const memoryAt: { runs: number; rssMiB: number; heapUsedMiB: number }[] = [];
   try {
@@ -197,7 +203,7 @@ async function main(): Promise<void> {
     // Start-up with every run in place, then a full resync.
     log("restarting the operator");
     await operator.stop();
-    operator = await startOperator(kubeconfig, [ns], [...operatorArgs, `--resync-period=${RESYNC}`], ["--expose-gc"]);
+    operator = await startOperator(operatorEntry, kubeconfig, [ns], [...operatorArgs, `--resync-period=${RESYNC}`], ["--expose-gc"]);
     await until("the new operator's caches", () => operator.ready(), 600_000, 100);
     const syncedMs = Date.now() - operator.spawnedAt;
     await until(

@@ -10,7 +10,10 @@
 //   the pod's deletion first seen;
 // - API requests per object, from the API server's audit log, by identity and user agent: the
 //   Job controller's service account, and the operator's own (agent-watchdog-bench/operator),
-//   split at the batch's first deadline into "to create" and "to kill".
+//   split at the batch's first deadline into "to create" and "to kill";
+// - the CPU time of the API server, etcd and the batch's controller (kube-controller-manager for
+//   Jobs, the operator for AgentRuns) over the batch, per object, from /proc: where the time goes
+//   when the API server is the bottleneck.
 //
 // Usage: npm run bench:vs-job -- [--runs 200] [--rounds 2] [--deadline 20s] [--concurrency N]
 import { parseArgs } from "node:util";
@@ -20,6 +23,8 @@ import { paths, type Json, type KubeClient } from "../../operator/kube/client.ts
 import {
   AuditLog,
   breakdown,
+  componentPid,
+  cpuSecondsOf,
   clientFor,
   controlPlaneUp,
   freshNamespace,
@@ -30,6 +35,8 @@ import {
   pool,
   round,
   startOperator,
+  FROM_SOURCES_OPTION,
+  operatorMain,
   summary,
   until,
   type AuditedRequest,
@@ -43,6 +50,7 @@ const HELP = `usage: npm run bench:vs-job -- [--runs 200] [--rounds 2] [--deadli
   --deadline D    Jobs' activeDeadlineSeconds and runs' heartbeatTimeout (default 20s); it must
                   be longer than a batch takes to start
   --concurrency N the operator's --concurrency (default: its own default)
+  --from-sources  run the operator from its TypeScript sources, not as the image runs it
 
 Needs the local control plane with a kwok node (started if it is not running). Prints a table and
 one JSON line.
@@ -54,6 +62,7 @@ const { values } = parseArgs({
     rounds: { type: "string", default: "2" },
     deadline: { type: "string", default: "20s" },
     concurrency: { type: "string" },
+    ...FROM_SOURCES_OPTION,
     help: { type: "boolean", default: false },
   },
 });
@@ -86,7 +95,12 @@ interface BatchResult {
   deadlineToDeletionMs: number[];
   requestsToCreate: AuditedRequest[];
   requestsToKill: AuditedRequest[];
+  /** CPU seconds each process spent from the batch's first create until its controller went quiet. */
+  cpuSeconds: Record<Process, number>;
 }
+
+/** Whose CPU time a batch reads: the API server and etcd, and the controller of the batch's kind. */
+type Process = "apiserver" | "etcd" | "controller";
 
 class Observer {
   readonly pods = new Map<string, PodSeen>();
@@ -159,7 +173,11 @@ function manifest(kind: Kind, name: string): Json {
   };
 }
 
-async function batch(client: KubeClient, ns: string, observer: Observer, audit: AuditLog, kind: Kind, roundNo: number): Promise<BatchResult> {
+/** The processes whose CPU time a batch of `kind` reads: the Job controller lives in kube-controller-manager. */
+type Pids = Record<Kind, Record<Process, number | undefined>>;
+
+async function batch(client: KubeClient, ns: string, observer: Observer, audit: AuditLog, kind: Kind, roundNo: number, pids: Pids): Promise<BatchResult> {
+  const cpu = () => Object.fromEntries(Object.entries(pids[kind]).map(([name, pid]) => [name, cpuSecondsOf(pid)])) as Record<Process, number>;
   const user = kind === "Job" ? JOB_CONTROLLER_USER : OPERATOR_USER;
   const names = Array.from({ length: N }, (_, i) => `${kind === "Job" ? "job" : "run"}-${roundNo}-${i}`);
   const owners = new Set(names);
@@ -170,6 +188,7 @@ async function batch(client: KubeClient, ns: string, observer: Observer, audit: 
   log(`round ${roundNo}: ${N} ${kind}s`);
   const sentAt = new Map<string, number>();
   const collection = kind === "Job" ? `/apis/batch/v1/namespaces/${ns}/jobs` : paths.runs(ns);
+  const cpuBefore = cpu();
   const first = Date.now();
   await pool(names, CONCURRENT_CREATES, async (name) => {
     sentAt.set(name, Date.now());
@@ -207,7 +226,10 @@ async function batch(client: KubeClient, ns: string, observer: Observer, audit: 
     1000,
   );
   const firstDeadline = Math.min(...deadlines.values());
+  const cpuAfter = cpu();
+  const cpuSeconds = Object.fromEntries(Object.entries(cpuAfter).map(([name, after]) => [name, after - cpuBefore[name as Process]])) as Record<Process, number>;
   return {
+    cpuSeconds,
     kind,
     round: roundNo,
     createToPodMs,
@@ -225,7 +247,9 @@ function figures(results: BatchResult[]) {
   const kill = all((r) => r.deadlineToDeletionMs);
   const toCreate = results.flatMap((r) => r.requestsToCreate);
   const toKill = results.flatMap((r) => r.requestsToKill);
+  const cpuMsPerObject = (process: Process) => round((results.reduce((sum, r) => sum + r.cpuSeconds[process], 0) * 1000) / (N * results.length), 1);
   return {
+    cpuMsPerObject: { apiserver: cpuMsPerObject("apiserver"), etcd: cpuMsPerObject("etcd"), controller: cpuMsPerObject("controller") },
     createToPodMs: summary(create),
     podsPerSecond: round(Math.min(...results.map((r) => r.podsPerSecond)), 1),
     podsPerSecondByRound: results.map((r) => round(r.podsPerSecond, 1)),
@@ -243,14 +267,16 @@ async function main(): Promise<void> {
   const client = clientFor(kubeconfig);
   const audit = new AuditLog(kubeconfig);
   const ns = await freshNamespace(client, "bench-vs-job", "bench:vs-job");
-  const operator = await startOperator(await operatorKubeconfig(client, kubeconfig), [ns], values.concurrency ? [`--concurrency=${values.concurrency}`] : []);
+  const operator = await startOperator(operatorMain(values["from-sources"]), await operatorKubeconfig(client, kubeconfig), [ns], values.concurrency ? [`--concurrency=${values.concurrency}`] : []);
+  const server = { apiserver: componentPid(kubeconfig, "kube-apiserver"), etcd: componentPid(kubeconfig, "etcd") };
+  const pids: Pids = { Job: { ...server, controller: componentPid(kubeconfig, "kube-controller-manager") }, AgentRun: { ...server, controller: operator.child.pid } };
   const observer = new Observer(client, ns);
   await observer.start();
   const results: BatchResult[] = [];
   try {
     for (let r = 1; r <= ROUNDS; r++) {
       const order: Kind[] = r % 2 === 1 ? ["Job", "AgentRun"] : ["AgentRun", "Job"];
-      for (const kind of order) results.push(await batch(client, ns, observer, audit, kind, r));
+      for (const kind of order) results.push(await batch(client, ns, observer, audit, kind, r, pids));
     }
   } finally {
     observer.stop();
@@ -280,6 +306,9 @@ async function main(): Promise<void> {
       row("deadline to deletion ms (p50/p99)", dist(job.deadlineToDeletionMs), dist(run.deadlineToDeletionMs), ratios.deadlineToDeletionP99),
       row("API requests per created object", job.requestsPerCreated, run.requestsPerCreated, ratios.requestsPerCreated),
       row("API requests per kill", job.requestsPerKilled, run.requestsPerKilled, ratios.requestsPerKilled),
+      row("API server CPU ms per object", job.cpuMsPerObject.apiserver, run.cpuMsPerObject.apiserver, ratio(run.cpuMsPerObject.apiserver, job.cpuMsPerObject.apiserver)),
+      row("etcd CPU ms per object", job.cpuMsPerObject.etcd, run.cpuMsPerObject.etcd, ratio(run.cpuMsPerObject.etcd, job.cpuMsPerObject.etcd)),
+      row("controller CPU ms per object", job.cpuMsPerObject.controller, run.cpuMsPerObject.controller, ratio(run.cpuMsPerObject.controller, job.cpuMsPerObject.controller)),
       `Job controller requests to create: ${JSON.stringify(job.requestsToCreate)}; to kill: ${JSON.stringify(job.requestsToKill)}`,
       `operator requests to create: ${JSON.stringify(run.requestsToCreate)}; to kill: ${JSON.stringify(run.requestsToKill)}`,
       `user agents: Job controller ${job.userAgents.join(", ")}; operator ${run.userAgents.join(", ")}`,

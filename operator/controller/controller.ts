@@ -44,6 +44,8 @@ export interface RunObserver {
 
 const keyOf = (namespace: string, name: string) => `${namespace}/${name}`;
 
+/** How long a cache gets to catch up with the leadership's start by itself (see markTermStart). */
+const CATCH_UP_MS = 5_000;
 /** How long a run's mirror annotations may wait for idle workers (see mayDeferMirror). */
 const MIRROR_DEFERRAL_MS = 5_000;
 /** How long the final state of a deleted pod is kept for the run it belonged to. */
@@ -180,9 +182,13 @@ export class Controller {
       try {
         const list = await this.client.get<{ metadata: { resourceVersion: string } }>(informer.options.path, { limit: 1, labelSelector: informer.options.labelSelector });
         this.termStart.set(informer, list.metadata.resourceVersion);
-        // A cache behind that point would wait for an event of its own objects to catch up, and
-        // every pod create until then would list first: list again once instead.
-        if (!this.cacheCurrent(informer)) informer.refresh();
+        // A cache catches up with the next event of its objects (or a bookmark); until then every
+        // pod create lists first. One still behind after a while (a quiet namespace) lists again
+        // once instead.
+        const timer = setTimeout(() => {
+          if (!this.stopping && !this.cacheCurrent(informer)) informer.refresh();
+        }, CATCH_UP_MS);
+        timer.unref?.();
       } catch (err) {
         this.log.warn({ err: String(err), informer: informer.options.name }, "could not read where the API server stands; pod creates list live pods first");
       }

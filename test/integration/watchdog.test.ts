@@ -44,6 +44,28 @@ async function phaseOf(run: string, phase: string, timeoutMs = 30_000): Promise<
 }
 
 describe("the watchdog against a real API server", () => {
+  it("starts a burst of runs with the pods first, and still writes each run's attempt annotation and node", async () => {
+    const names = Array.from({ length: 40 }, (_, i) => `burst-${i}`);
+    await Promise.all(names.map((name) => createRun(client, ns, runManifest(name, { heartbeatTimeout: "5m" }))));
+    // Under the burst the annotation may trail its pod by up to 5 s; it is never left out.
+    await waitFor(
+      "every run's attempt annotation",
+      async () => {
+        const list = await client.get<{ items: any[] }>(paths.runs(ns));
+        return list.items.length === names.length && list.items.every((r) => r.metadata.annotations?.["watchdog.dev/attempt"] === "1" && r.status?.phase === "Starting");
+      },
+      { timeoutMs: 30_000, intervalMs: 250 },
+    );
+    // The node rides on the next write the run needs anyway: here its first heartbeat's phase.
+    const pod = await running("burst-0");
+    await heartbeat(client, ns, "burst-0", 1, "Planning");
+    const planning = await phaseOf("burst-0", "Planning");
+    const bound = await client.get<any>(paths.pod(ns, pod.metadata.name));
+    expect(planning.status.nodeName).toBe(bound.spec.nodeName);
+    const events = await listEvents(client, ns);
+    expect(events.filter((e) => e.reason === "SandboxCreated")).toEqual([]);
+  });
+
   it("completes a healthy run when its pod exits 0", async () => {
     await createRun(client, ns, runManifest("healthy", quick));
     const pod = await running("healthy");

@@ -124,10 +124,13 @@ describe("the operator under the chart's RBAC", () => {
       return pod.spec.nodeName && pod.status.phase === "Running";
     });
 
-    const events = await waitFor("the operator's CreatePod Event", async () => {
+    // An answer with no pending request is refused with a Warning Event (rule 11): the operator
+    // may record Events under the chart's RBAC.
+    await admin.mergePatch(paths.run(runNs, "other"), { metadata: { annotations: { "watchdog.dev/approve": "yes" } } });
+    const events = await waitFor("the operator's AnswerRefused Event", async () => {
       const list = await admin.get<{ items: any[] }>(paths.events(runNs));
-      const created = list.items.filter((e) => e.action === "CreatePod" && e.regarding?.name === "own");
-      return created.length > 0 ? created : undefined;
+      const refused = list.items.filter((e) => e.reason === "AnswerRefused" && e.regarding?.name === "other");
+      return refused.length > 0 ? refused : undefined;
     });
     expect(events[0].reportingController).toBe("watchdog.dev/agent-watchdog");
     const lease = await admin.get<any>(paths.lease(sysNs, `${fullname}.watchdog.dev`));

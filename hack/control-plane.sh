@@ -257,7 +257,22 @@ cleanup_build_tmp() {
 		rm -rf "$dir"
 	done
 }
-trap cleanup_build_tmp EXIT
+# However this script ends early (a component that died, a timeout, aw_die, a signal), what this
+# invocation of `up` started is stopped again, newest first, so that a failed `up` leaves nothing
+# running. Its logs stay in the state dir.
+STARTED=()
+on_exit() {
+	local rc=$? i
+	cleanup_build_tmp
+	if ((rc != 0 && ${#STARTED[@]} > 0)); then
+		aw_log "stopping what this invocation started (${STARTED[*]}); logs stay in $LOG_DIR"
+		aw_log "'hack/control-plane.sh down' discards all state (ports, certificates, data) for a clean start"
+		for ((i = ${#STARTED[@]} - 1; i >= 0; i--)); do
+			proc_stop "${STARTED[$i]}" || true
+		done
+	fi
+}
+trap on_exit EXIT
 # Turn signals into a normal exit so the EXIT trap above still runs.
 trap 'exit 130' INT
 trap 'exit 143' TERM
@@ -333,105 +348,10 @@ cmd_bin() {
 }
 
 # ---------------------------------------------------------------------------
-# Process bookkeeping. Each started process gets a record PID_DIR/<name>
-# holding "<pid> <binary>", and is only ever signalled after /proc confirms
-# that pid still runs that binary, so a recycled pid can never make `down`
-# kill an unrelated process.
-
-proc_record() {
-	local name=$1
-	[[ -s "$PID_DIR/$name" ]] || return 1
-	read -r REC_PID REC_BIN <"$PID_DIR/$name"
-	[[ "$REC_PID" =~ ^[0-9]+$ ]]
-}
-
-# True if component $1's recorded pid still runs its recorded binary. A
-# zombie's cmdline is empty, so an exited-but-unreaped process counts as dead.
-proc_alive() {
-	local name=$1 argv0=""
-	proc_record "$name" || return 1
-	# read stops at the first NUL: argv[0], without forking.
-	IFS= read -r -d "" argv0 2>/dev/null <"/proc/$REC_PID/cmdline" || [[ -n "$argv0" ]] || return 1
-	[[ "$argv0" == "$REC_BIN" ]]
-}
-
-# Starts binary $2 with arguments $3... as component $1.
-# setsid gives it its own session: it survives the shell that ran `up` (and
-# that shell's terminal hanging up) and does not get the terminal's Ctrl-C.
-# The tiny bash wrapper writes its own pid just before exec'ing the binary, so
-# the recorded pid is the binary's whether or not setsid had to fork. The
-# result descriptor (3) and the lock descriptors are closed for the child:
-# otherwise `$(hack/control-plane.sh up)` would wait for the daemons to exit,
-# and they would hold the locks forever.
-proc_start() {
-	local name=$1 bin=$2
-	shift 2
-	local tmp="$PID_DIR/.$name.starting"
-	rm -f "$tmp"
-	: >>"$LOG_DIR/$name.log"
-	# shellcheck disable=SC2016 # expanded by the inner bash, not here
-	setsid bash -c 'echo "$$" >"$0"; exec "$@"' "$tmp" "$bin" "$@" \
-		</dev/null >>"$LOG_DIR/$name.log" 2>&1 3>&- 8>&- 9>&- &
-	local i
-	for ((i = 0; i < 500; i++)); do
-		[[ -s "$tmp" ]] && break
-		sleep 0.01
-	done
-	[[ -s "$tmp" ]] || aw_die "could not start $name"
-	local pid argv0
-	pid="$(cat "$tmp")"
-	# The pid is written by the wrapper shell just before it execs the
-	# component, and proc_alive identifies a process by its argv[0]. Until the
-	# exec has happened, the pid still names a bash, which a liveness check
-	# would take for a component that has died; so wait for the exec (or for
-	# the process to go away, which proc_alive then reports truthfully).
-	for ((i = 0; i < 500; i++)); do
-		argv0=""
-		IFS= read -r -d "" argv0 2>/dev/null <"/proc/$pid/cmdline" || [[ -n "$argv0" ]] || break
-		[[ "$argv0" == "$bin" ]] && break
-		sleep 0.01
-	done
-	printf '%s %s\n' "$pid" "$bin" >"$PID_DIR/$name"
-	rm -f "$tmp"
-	STARTED+=("$name")
-}
-
-# Stops the named components: SIGTERM, then SIGKILL for whatever is still
-# running after a grace period, then waits until they are really gone (so
-# their ports and files are free when this returns). Every signal is sent only
-# after proc_alive re-confirmed the pid's identity.
-proc_stop() {
-	local name names=()
-	for name in "$@"; do
-		if proc_alive "$name"; then
-			names+=("$name")
-			kill -TERM "$REC_PID" 2>/dev/null || true
-		fi
-		rm -f "$PID_DIR/.$name.starting"
-	done
-	((${#names[@]})) || return 0
-	if ! aw_wait_for 10 none_alive "${names[@]}"; then
-		aw_log "still running after SIGTERM, killing: ${names[*]}"
-		for name in "${names[@]}"; do
-			if proc_alive "$name"; then
-				kill -KILL "$REC_PID" 2>/dev/null || true
-			fi
-		done
-		aw_wait_for 5 none_alive "${names[@]}" || aw_log "warning: could not stop ${names[*]}"
-	fi
-	for name in "${names[@]}"; do
-		rm -f "$PID_DIR/$name"
-	done
-}
-
-none_alive() {
-	local name
-	for name in "$@"; do
-		if proc_alive "$name"; then
-			return 1
-		fi
-	done
-}
+# Process bookkeeping: records that name each started process for good, even while it is
+# still exec'ing its binary (hack/lib/proc.sh).
+# shellcheck source=hack/lib/proc.sh
+source "$HACK_DIR/lib/proc.sh"
 
 # ---------------------------------------------------------------------------
 # Ports, certificates and kubeconfigs, all kept in the state dir so that a
@@ -848,12 +768,7 @@ wait_or_fail() {
 		aw_log "---- last lines of $LOG_DIR/$name.log ----"
 		tail -n 25 "$LOG_DIR/$name.log" >&2 || true
 	done
-	aw_log "stopping what this invocation started (${STARTED[*]:-nothing}); logs stay in $LOG_DIR"
-	aw_log "'hack/control-plane.sh down' discards all state (ports, certificates, data) for a clean start"
-	local i
-	for ((i = ${#STARTED[@]} - 1; i >= 0; i--)); do
-		proc_stop "${STARTED[$i]}"
-	done
+	# The EXIT trap stops what this invocation started.
 	exit 1
 }
 
@@ -899,7 +814,6 @@ kubelet_up() {
 	proc_alive containerd && node_healthy containerd && proc_alive kubelet && ! kubelet_paused && node_healthy kubelet && node_ready
 }
 
-STARTED=()
 cmd_up() {
 	local with_nodes=0 with_kubelet=0 arg
 	[[ "${CONTROL_PLANE_NODES:-0}" == 1 ]] && with_nodes=1

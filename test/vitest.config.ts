@@ -21,8 +21,20 @@ export default defineConfig({
       {
         extends: true,
         test: {
-          name: "ledger",
+          // The hack/ scripts themselves; the process bookkeeping's stress test loads both cores,
+          // so nothing else runs beside it.
+          name: "hack",
           sequence: { groupOrder: 1 },
+          include: ["test/hack/**/*.test.ts"],
+          testTimeout: 240_000,
+          fileParallelism: false,
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: "ledger",
+          sequence: { groupOrder: 2 },
           include: ["test/ledger/**/*.test.ts"],
           globalSetup: ["test/support/postgres-setup.ts"],
           testTimeout: 120_000,
@@ -35,7 +47,7 @@ export default defineConfig({
         extends: true,
         test: {
           name: "integration",
-          sequence: { groupOrder: 2 },
+          sequence: { groupOrder: 3 },
           include: ["test/integration/**/*.test.ts"],
           globalSetup: ["test/support/global-setup.ts", "test/support/postgres-setup.ts"],
           testTimeout: 120_000,
@@ -49,7 +61,7 @@ export default defineConfig({
         test: {
           // The web console in a real browser (Debian's Chromium through playwright-core).
           name: "console",
-          sequence: { groupOrder: 3 },
+          sequence: { groupOrder: 4 },
           include: ["test/console/**/*.test.ts"],
           globalSetup: ["test/support/global-setup.ts", "test/console/global-setup.ts"],
           testTimeout: 120_000,
@@ -61,7 +73,7 @@ export default defineConfig({
         extends: true,
         test: {
           name: "chart",
-          sequence: { groupOrder: 4 },
+          sequence: { groupOrder: 5 },
           include: ["test/chart/**/*.test.ts"],
           globalSetup: ["test/chart/global-setup.ts"],
           testTimeout: 300_000,
@@ -73,7 +85,7 @@ export default defineConfig({
         extends: true,
         test: {
           name: "e2e",
-          sequence: { groupOrder: 5 },
+          sequence: { groupOrder: 6 },
           include: ["test/e2e/**/*.test.ts"],
           globalSetup: ["test/e2e/global-setup.ts"],
           testTimeout: 300_000,
@@ -87,7 +99,7 @@ export default defineConfig({
           // Real pods on a real kubelet node, in a cluster of its own (hack/control-plane.sh up
           // --kubelet): containers really run, and what runs is checked on the node itself.
           name: "node",
-          sequence: { groupOrder: 6 },
+          sequence: { groupOrder: 7 },
           include: ["test/node/**/*.test.ts"],
           exclude: ["test/node/cleanup.test.ts"],
           globalSetup: ["test/node/global-setup.ts", "test/support/postgres-setup.ts"],
@@ -101,7 +113,7 @@ export default defineConfig({
         test: {
           // Last, when nothing else needs the node: down must leave the machine as it found it.
           name: "node-cleanup",
-          sequence: { groupOrder: 7 },
+          sequence: { groupOrder: 8 },
           include: ["test/node/cleanup.test.ts"],
           testTimeout: 300_000,
           hookTimeout: 300_000,

@@ -6,23 +6,9 @@ import type { TestProject } from "vitest/node";
 // The provided keys are declared once, by the other suites' setups.
 import type {} from "../support/global-setup.ts";
 import type {} from "../support/postgres-setup.ts";
-import { applyCrds, clientFor, exported, runScript } from "../../hack/demo/cluster.ts";
-
-async function up(script: string, args: string[], variable: string): Promise<string> {
-  const { code, stdout } = await runScript(script, args);
-  const value = exported(stdout, variable);
-  if (code !== 0 || !value) throw new Error(`hack/${script} ${args.join(" ")} failed (exit ${code}): ${stdout}`);
-  return value;
-}
+import { kwokCluster, postgres } from "../support/setup-steps.ts";
 
 export default async function setup(project: TestProject): Promise<void> {
-  const started = Date.now();
-  const [kubeconfig, databaseUrl] = await Promise.all([
-    up("control-plane.sh", ["up", "--nodes"], "KUBECONFIG"),
-    up("postgres.sh", ["up"], "DATABASE_URL"),
-  ]);
-  await applyCrds(clientFor(kubeconfig));
-  process.stderr.write(`control plane with nodes, PostgreSQL and CRD ready in ${Date.now() - started} ms\n`);
-  project.provide("kubeconfig", kubeconfig);
-  project.provide("databaseUrl", databaseUrl);
+  project.provide("kubeconfig", await kwokCluster());
+  project.provide("databaseUrl", await postgres());
 }

@@ -3,8 +3,7 @@
 // from the Dockerfile and imported into the node. Started once per test run (or reused), and left
 // up for the next run, like the other suites' clusters.
 import type { TestProject } from "vitest/node";
-import { applyCrds, clientFor } from "../../hack/demo/cluster.ts";
-import { realNodeUp } from "../../hack/demo/real-node.ts";
+import { realNode } from "../support/setup-steps.ts";
 // `kubeconfig`, `helm` and `kubectl` are declared by the other suites' setups.
 import type {} from "../support/global-setup.ts";
 import type {} from "../chart/global-setup.ts";
@@ -19,10 +18,7 @@ declare module "vitest" {
 }
 
 export default async function setup(project: TestProject): Promise<void> {
-  const started = Date.now();
-  const node = await realNodeUp();
-  await applyCrds(clientFor(node.kubeconfig));
-  process.stderr.write(`real node, image ${node.image} and CRD ready in ${Date.now() - started} ms\n`);
+  const node = await realNode();
   project.provide("kubeconfig", node.kubeconfig);
   project.provide("image", node.image);
   project.provide("nodeState", node.state);

@@ -1,6 +1,7 @@
 // The console's actions are kubectl agentrun's own commands, run with the user's kubeconfig: the
 // same checks, the same preconditions, the same refusals and the same sentences, so the console
 // can do nothing the plugin would not.
+import { isDnsLabel, isDnsSubdomain } from "../api/names.ts";
 import type { Invocation } from "../cli/plugin/args.ts";
 import { execute, type Context } from "../cli/plugin/commands.ts";
 
@@ -14,8 +15,6 @@ export interface ActionRequest {
   reason?: string;
 }
 
-const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
-const DNS_SUBDOMAIN = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const MAX_TEXT = 4096;
 
 /** The request as an invocation of the command, or what is wrong with it. */
@@ -24,8 +23,9 @@ export function invocationFor(console: Context, action: ActionName, body: unknow
   const text = (key: string): string | undefined => (typeof b[key] === "string" ? (b[key] as string) : undefined);
   const namespace = text("namespace");
   const name = text("name");
-  if (!namespace || !DNS_LABEL.test(namespace)) return "namespace: a namespace name is required";
-  if (!name || !DNS_SUBDOMAIN.test(name)) return "name: a run name is required";
+  // Checked before the command builds any API path from them.
+  if (!isDnsLabel(namespace)) return "namespace: a namespace name is required";
+  if (!isDnsSubdomain(name)) return "name: a run name is required";
   for (const key of ["answer", "reason", "approvalId"]) {
     const value = text(key);
     if (b[key] !== undefined && value === undefined) return `${key}: must be a string`;

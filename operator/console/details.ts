@@ -1,5 +1,6 @@
 // What the run page loads besides the run itself: its merged timeline (the same one `kubectl
 // agentrun describe` prints) and its sandbox's recent log lines, both read as the user.
+import { isDnsLabel, isDnsSubdomain } from "../api/names.ts";
 import { explainFailure } from "../cli/plugin/cluster.ts";
 import { runTimeline, type Context } from "../cli/plugin/commands.ts";
 import { timelineLine, type TimelineItem } from "../cli/plugin/timeline.ts";
@@ -44,6 +45,9 @@ export async function runLogs(ctx: Context, namespace: string, name: string): Pr
   if (!pod) return { message: "The run has no sandbox pod right now." };
   const spec = (run.spec ?? {}) as { template?: { spec?: { containers?: Json[] } } };
   const container = status.watchdog?.agentContainer ?? String(spec.template?.spec?.containers?.[0]?.name ?? "");
+  // The pod's name comes from the run's status, which sandboxes write too: it goes into the
+  // log's path only if it is a pod name.
+  if (!isDnsSubdomain(pod) || !isDnsLabel(container)) return { message: "The run's status names no valid pod and container, so there are no logs to show." };
   try {
     const text = await ctx.cluster.client.request<string>("GET", `${paths.pod(namespace, pod)}/log`, {
       query: { container, tailLines: LOG_LINES, timestamps: true },

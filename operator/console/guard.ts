@@ -14,7 +14,8 @@ export interface Verdict {
 
 export class Guard {
   readonly token: string;
-  private cookieName = "";
+  /** The session cookie's name, which carries the port; none until the console listens. */
+  private cookieName: string | undefined;
   /** Every host:port this console is reached at; none until it listens. */
   private hosts = new Set<string>();
 
@@ -24,7 +25,9 @@ export class Guard {
 
   /** The console listens on `port`, reached under the host names `hosts`. */
   listening(port: number, hosts: readonly string[]): void {
-    // Cookies are per host, not per port: two consoles on one machine must not share one.
+    // Cookies are per host, not per port: the browser sends every cookie of 127.0.0.1 to every
+    // port of it. Named for the port, a console's cookie is never overwritten by, or taken for,
+    // that of a console on another port.
     this.cookieName = `agentrun_console_${port}`;
     this.hosts = new Set(hosts.map((h) => `${h}:${port}`));
   }
@@ -36,15 +39,20 @@ export class Guard {
     return a.length === b.length && timingSafeEqual(a, b);
   }
 
-  /** The session token the request carries: its cookie, or an Authorization: Bearer header. */
-  private presented(req: IncomingMessage): string | undefined {
+  /**
+   * The session tokens the request carries: an Authorization: Bearer header, or this port's
+   * cookie. Every cookie of that name counts: another server on this host can set one (with a
+   * longer Path, so that browsers send it first), and that must not lock the user out.
+   */
+  private presented(req: IncomingMessage): string[] {
     const auth = req.headers.authorization;
-    if (auth?.startsWith("Bearer ")) return auth.slice("Bearer ".length).trim();
+    if (auth?.startsWith("Bearer ")) return [auth.slice("Bearer ".length).trim()];
+    const tokens: string[] = [];
     for (const part of (req.headers.cookie ?? "").split(";")) {
       const [name, ...value] = part.trim().split("=");
-      if (name === this.cookieName) return value.join("=");
+      if (this.cookieName !== undefined && name === this.cookieName) tokens.push(value.join("="));
     }
-    return undefined;
+    return tokens;
   }
 
   hostAllowed(req: IncomingMessage): boolean {
@@ -54,7 +62,7 @@ export class Guard {
   /** Any request: a Host of ours, and the session token. */
   check(req: IncomingMessage): Verdict {
     if (!this.hostAllowed(req)) return { ok: false, status: 403, message: `this console does not answer for the host "${req.headers.host ?? ""}"` };
-    if (!this.sameToken(this.presented(req))) {
+    if (!this.presented(req).some((token) => this.sameToken(token))) {
       return { ok: false, status: 401, message: "This console needs the session link that kubectl agentrun console printed (it carries the session token)." };
     }
     return { ok: true };
@@ -73,8 +81,9 @@ export class Guard {
     return { ok: true };
   }
 
-  /** The cookie that keeps the session once the link has been opened. */
+  /** The cookie that keeps the session once the link has been opened: never readable by scripts, never sent cross-site. */
   cookie(): string {
+    if (this.cookieName === undefined) throw new Error("the console has no session cookie before it listens");
     return `${this.cookieName}=${this.token}; HttpOnly; SameSite=Strict; Path=/`;
   }
 }

@@ -2,16 +2,42 @@
 // prints the link that carries its session token.
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
+import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { fileURLToPath } from "node:url";
 import type { Context } from "../cli/plugin/commands.ts";
 import { Guard } from "./guard.ts";
-import { createConsoleServer } from "./server.ts";
+import { createConsoleServer, type ConsoleOptions } from "./server.ts";
 
 /** Where the built pages are: beside this file, in a clone (npm run build:console) and in the package. */
 export const UI_DIR = fileURLToPath(new URL("./ui/dist/", import.meta.url));
 
 const LOOPBACK = new Set(["127.0.0.1", "::1", "localhost"]);
+
+export interface ListeningConsole {
+  server: Server;
+  /** The port it listens on (the one asked for, or the one picked for port 0). */
+  port: number;
+  /** The address as a URL's host: an IPv6 address in brackets. */
+  hostName: string;
+}
+
+/**
+ * The console's server listening on address:port, and its guard told where: the Host names it
+ * answers for and the port that names its session cookie.
+ */
+export async function listenConsole(options: ConsoleOptions, address: string, port: number): Promise<ListeningConsole> {
+  const server = createConsoleServer(options);
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(port, address, () => resolve());
+  });
+  const bound = (server.address() as AddressInfo).port;
+  const hostName = address.includes(":") ? `[${address}]` : address;
+  const names = LOOPBACK.has(address) ? ["127.0.0.1", "localhost", "[::1]"] : [hostName];
+  options.guard.listening(bound, [...new Set([hostName, ...names])]);
+  return { server, port: bound, hostName };
+}
 
 export async function serveConsole(ctx: Context): Promise<number> {
   const uiDir = process.env.AGENTRUN_CONSOLE_UI ?? UI_DIR;
@@ -23,20 +49,14 @@ export async function serveConsole(ctx: Context): Promise<number> {
   // Made before listening, so a bad kubeconfig is reported before any link is printed.
   const cluster = ctx.cluster;
   const guard = new Guard(randomBytes(32).toString("base64url"));
-  const server = createConsoleServer({ ctx, guard, uiDir });
+  let listening: ListeningConsole;
   try {
-    await new Promise<void>((resolve, reject) => {
-      server.once("error", reject);
-      server.listen(port, address, () => resolve());
-    });
+    listening = await listenConsole({ ctx, guard, uiDir }, address, port);
   } catch (err) {
     ctx.io.err(`error: cannot listen on ${address}:${port}: ${(err as Error).message}\n`);
     return 1;
   }
-  const bound = (server.address() as AddressInfo).port;
-  const hostName = address.includes(":") ? `[${address}]` : address;
-  const names = LOOPBACK.has(address) ? ["127.0.0.1", "localhost", "[::1]"] : [hostName];
-  guard.listening(bound, [...new Set([hostName, ...names])]);
+  const { server, hostName, port: bound } = listening;
   ctx.io.out(
     `Console for context "${cluster.contextName}" as user "${cluster.userName}" (${cluster.server}):\n` +
       `  http://${hostName}:${bound}/?token=${guard.token}\n` +

@@ -9,6 +9,7 @@ import type { Context } from "../cli/plugin/commands.ts";
 import { act, invocationFor, type ActionName } from "./actions.ts";
 import { runDetails, runLogs } from "./details.ts";
 import type { Guard } from "./guard.ts";
+import { BadRequest, decodedPath, namespaceOf, readJson, requestUrl, runOf } from "./request.ts";
 import { EventStream, streamRun, streamRuns } from "./streams.ts";
 
 export interface ConsoleOptions {
@@ -37,22 +38,9 @@ const SECURITY_HEADERS = {
   "X-Frame-Options": "DENY",
 };
 
-const MAX_BODY = 64 * 1024;
-
 function json(res: ServerResponse, status: number, body: unknown): void {
   res.writeHead(status, { ...SECURITY_HEADERS, "Content-Type": "application/json; charset=utf-8", "Cache-Control": "no-store" });
   res.end(JSON.stringify(body));
-}
-
-async function readJson(req: IncomingMessage): Promise<unknown> {
-  let size = 0;
-  const chunks: Buffer[] = [];
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > MAX_BODY) throw new Error(`the request is larger than ${MAX_BODY} bytes`);
-    chunks.push(chunk as Buffer);
-  }
-  return JSON.parse(Buffer.concat(chunks).toString("utf8") || "{}");
 }
 
 export function createConsoleServer({ ctx, guard, uiDir }: ConsoleOptions): Server {
@@ -74,32 +62,37 @@ export function createConsoleServer({ ctx, guard, uiDir }: ConsoleOptions): Serv
   }
 
   async function api(req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
-    const q = (key: string) => url.searchParams.get(key) ?? "";
     const route = `${req.method} ${url.pathname}`;
     switch (route) {
       case "GET /api/session": {
         const kc = ctx.cluster;
         return json(res, 200, { context: ctx.inv.context ?? kc.contextName, server: kc.server, user: kc.userName, namespace: ctx.namespace, ledger: ctx.databaseUrl !== undefined });
       }
-      case "GET /api/stream/runs":
-        return void streamRuns(client, q("namespace") || undefined, new EventStream(res));
-      case "GET /api/stream/run":
-        return void streamRun(client, q("namespace"), q("name"), new EventStream(res));
-      case "GET /api/run/details":
-        return json(res, 200, await runDetails(ctx, q("namespace"), q("name")));
-      case "GET /api/run/logs":
-        return json(res, 200, await runLogs(ctx, q("namespace"), q("name")));
+      // Each route checks the names it is given before any API path is built from them (runOf,
+      // namespaceOf): the client joins them into paths, where ".." or "/" would reach other objects.
+      case "GET /api/stream/runs": {
+        const namespace = namespaceOf(url);
+        return void streamRuns(client, namespace, new EventStream(res));
+      }
+      case "GET /api/stream/run": {
+        const { namespace, name } = runOf(url);
+        return void streamRun(client, namespace, name, new EventStream(res));
+      }
+      case "GET /api/run/details": {
+        const { namespace, name } = runOf(url);
+        return json(res, 200, await runDetails(ctx, namespace, name));
+      }
+      case "GET /api/run/logs": {
+        const { namespace, name } = runOf(url);
+        return json(res, 200, await runLogs(ctx, namespace, name));
+      }
       case "POST /api/run/resume":
       case "POST /api/run/approve":
       case "POST /api/run/reject": {
         const write = guard.checkWrite(req);
         if (!write.ok) return json(res, write.status ?? 403, { message: write.message });
-        let body: unknown;
-        try {
-          body = await readJson(req);
-        } catch (err) {
-          return json(res, 400, { message: `the request is not valid JSON: ${(err as Error).message}` });
-        }
+        const body = await readJson(req);
+        // Checks the namespace and name in the body, as runOf does for the query.
         const inv = invocationFor(ctx, url.pathname.slice("/api/run/".length) as ActionName, body);
         if (typeof inv === "string") return json(res, 400, { message: inv });
         const outcome = await act(ctx, inv);
@@ -110,8 +103,9 @@ export function createConsoleServer({ ctx, guard, uiDir }: ConsoleOptions): Serv
     }
   }
 
-  return createServer((req, res) => {
-    const url = new URL(req.url ?? "/", "http://console.invalid");
+  async function respond(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = requestUrl(req.url);
+    const path = decodedPath(url);
     // Opening the printed link: the token becomes a cookie, and leaves the address bar.
     if (req.method === "GET" && url.pathname === "/" && url.searchParams.has("token")) {
       if (!guard.hostAllowed(req) || !guard.sameToken(url.searchParams.get("token") ?? undefined)) {
@@ -122,15 +116,24 @@ export function createConsoleServer({ ctx, guard, uiDir }: ConsoleOptions): Serv
     }
     const verdict = guard.check(req);
     if (!verdict.ok) return json(res, verdict.status ?? 401, { message: verdict.message });
-    const handle = url.pathname.startsWith("/api/")
-      ? api(req, res, url)
-      : req.method === "GET"
-        ? serveFile(res, url.pathname === "/" ? "index.html" : decodeURIComponent(url.pathname.slice(1)))
-        : Promise.resolve(json(res, 405, { message: "only GET here" }));
-    handle.catch((err: unknown) => {
-      if (res.headersSent) return void res.end();
-      const message = err instanceof Error && err.name === "CliError" ? err.message : explainFailure(err, client.server);
-      json(res, /forbidden/.test(message) ? 403 : / not found in namespace /.test(message) ? 404 : 502, { message });
-    });
+    if (url.pathname.startsWith("/api/")) return api(req, res, url);
+    if (req.method !== "GET") return json(res, 405, { message: "only GET here" });
+    return serveFile(res, url.pathname === "/" ? "index.html" : path.slice(1));
+  }
+
+  function fail(res: ServerResponse, err: unknown): void {
+    if (res.headersSent) return void res.end();
+    if (err instanceof BadRequest) return json(res, err.status, { message: err.message });
+    const message = err instanceof Error && err.name === "CliError" ? err.message : explainFailure(err, client.server);
+    json(res, /forbidden/.test(message) ? 403 : / not found in namespace /.test(message) ? 404 : 502, { message });
+  }
+
+  // Whatever a request holds, its failure is its own answer: nothing it sends can throw out of
+  // here (an exception in a request handler would stop the whole server), not even an answer
+  // that cannot be written.
+  return createServer((req, res) => {
+    respond(req, res)
+      .catch((err: unknown) => fail(res, err))
+      .catch(() => res.destroy());
   });
 }

@@ -7,6 +7,7 @@
 // serves. Exits 1 when the ledger holds nothing for the run, 2 on a usage error.
 import { parseArgs } from "node:util";
 import { Client } from "pg";
+import { terminalWriter } from "../cli/terminal.ts";
 import { formatHistory } from "./format.ts";
 import { readHistory, type RunSelector } from "./read.ts";
 
@@ -45,7 +46,10 @@ function parse(argv: string[]): { selector: RunSelector; json: boolean } {
 }
 
 /** Runs the CLI; resolves to the exit code. */
-export async function main(argv: string[], env: NodeJS.ProcessEnv, io: CliIo = stdio): Promise<number> {
+export async function main(argv: string[], env: NodeJS.ProcessEnv, terminal: CliIo = stdio): Promise<number> {
+  // The history holds what sandboxes wrote, and errors echo the database's words: none of it may
+  // drive the terminal.
+  const io = terminalWriter(terminal);
   let args: ReturnType<typeof parse>;
   try {
     args = parse(argv);

@@ -1,5 +1,6 @@
 // A run's history as people read it: one time-ordered timeline of phase transitions, tool calls
 // and the gaps the ledger could not fill.
+import { escapeTerminal } from "../cli/terminal.ts";
 import type { GapRecord, RunHistory, ToolCallRecord, TransitionRecord } from "./read.ts";
 
 export type TimelineEntry =
@@ -77,5 +78,7 @@ export function formatHistory(history: RunHistory): string {
   // A name reused after a delete has several runs: then each line says which one it belongs to.
   const several = history.uids.length > 1;
   const lines = timeline(history).map((e) => (several ? `${line(e)}  [run ${runUid(e).slice(0, 8)}]` : line(e)));
-  return [header, counts, "", ...lines].join("\n") + "\n";
+  // Printed to a terminal, and tool names, errors and messages come from sandboxes: each entry
+  // stays one line and drives nothing.
+  return [header, counts, "", ...lines].map((l) => escapeTerminal(l)).join("\n") + "\n";
 }

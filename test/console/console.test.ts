@@ -142,6 +142,15 @@ describe("the session", () => {
     expect((await raw(admin, "POST", "/api/run/resume", { ...bearer, ...json, Origin: admin.origin, "Sec-Fetch-Site": "cross-site" }, action)).status).toBe(403);
     expect((await raw(admin, "POST", "/api/run/resume", { ...bearer, ...json }, action)).status).toBe(403);
     expect((await raw(admin, "POST", "/api/run/resume", { ...bearer, "Content-Type": "text/plain", Origin: admin.origin }, action)).status).toBe(415);
+    // Names that are not Kubernetes names never reach the API server, where they would be paths
+    // to other objects; a malformed URL is refused, and the console goes on serving.
+    const traversal = "..%2F..%2F..%2F..%2Fapi%2Fv1%2Fnamespaces%2Fkube-system%2Fsecrets%2Fx";
+    expect((await raw(admin, "GET", `/api/run/details?namespace=${ns}&name=${traversal}`, bearer)).status).toBe(400);
+    expect((await raw(admin, "GET", `/api/run/logs?namespace=..&name=x`, bearer)).status).toBe(400);
+    const badBody = JSON.stringify({ namespace: ns, name: "../../../api/v1/namespaces/kube-system/secrets/x" });
+    expect((await raw(admin, "POST", "/api/run/resume", { ...bearer, ...json, Origin: admin.origin }, badBody)).status).toBe(400);
+    expect((await raw(admin, "GET", "/%E0%A4%A", bearer)).status).toBe(400);
+    expect((await raw(admin, "GET", "/api/session", bearer)).status).toBe(200);
 
     // The link sets the cookie and leaves the address bar without the token.
     const page = await browser.newPage();
@@ -149,7 +158,9 @@ describe("the session", () => {
     await page.goto(admin.link);
     expect(page.url()).toBe(`${admin.origin}/`);
     const cookies = await page.context().cookies();
-    expect(cookies).toEqual([expect.objectContaining({ value: admin.token, httpOnly: true, sameSite: "Strict" })]);
+    // Named for the port: cookies ignore ports, and a console on another port has its own.
+    const port = new URL(admin.origin).port;
+    expect(cookies).toEqual([expect.objectContaining({ name: `agentrun_console_${port}`, value: admin.token, httpOnly: true, sameSite: "Strict", path: "/" })]);
   });
 });
 

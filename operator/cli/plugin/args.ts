@@ -1,6 +1,7 @@
 // Command line of `kubectl agentrun`: subcommands, their flags and their help. Flags may come
 // before or after the subcommand, as with kubectl, but each subcommand accepts only its own.
 import { parseArgs } from "node:util";
+import { isDnsLabel, isDnsSubdomain } from "../../api/names.ts";
 
 export const COMMANDS = ["list", "describe", "history", "resume", "approve", "reject", "suspend", "unsuspend", "console"] as const;
 export type CommandName = (typeof COMMANDS)[number];
@@ -212,11 +213,6 @@ export function usage(command?: CommandName): string {
 
 const isCommand = (word: string | undefined): word is CommandName => (COMMANDS as readonly string[]).includes(word ?? "");
 
-// Kubernetes names: a namespace is a DNS label, a run a DNS subdomain. Checking them here also
-// keeps anything odd out of request paths.
-const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
-const DNS_SUBDOMAIN = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-
 export function parse(argv: readonly string[]): Parsed {
   let parsed;
   try {
@@ -265,13 +261,15 @@ export function parse(argv: readonly string[]): Parsed {
     if (rest.length === 0) throw new UsageError(`${command} needs the name of a run`, command);
     if (rest.length > 1) throw new UsageError(`${command} takes one run, got ${rest.length}: ${rest.join(" ")}`, command);
     run = rest[0] as string;
-    if (!DNS_SUBDOMAIN.test(run)) throw new UsageError(`"${run}" is not a valid run name`, command);
+    // Kubernetes names (a run's is a DNS subdomain, a namespace's a DNS label); checking them here
+    // also keeps anything odd out of request paths.
+    if (!isDnsSubdomain(run)) throw new UsageError(`"${run}" is not a valid run name`, command);
   } else if (rest.length > 0) {
     throw new UsageError(`${command} takes no arguments, got: ${rest.join(" ")}`, command);
   }
 
   const namespace = values.namespace as string | undefined;
-  if (namespace !== undefined && !DNS_LABEL.test(namespace)) throw new UsageError(`"${namespace}" is not a valid namespace name`, command);
+  if (namespace !== undefined && !isDnsLabel(namespace)) throw new UsageError(`"${namespace}" is not a valid namespace name`, command);
 
   const portFlag = values.port as string | undefined;
   const port = portFlag === undefined ? 8090 : Number(portFlag);

@@ -5,6 +5,7 @@ import type { AgentRunStatus } from "../../api/agentrun.ts";
 import { ANNOTATIONS } from "../../api/annotations.ts";
 import { isConflict, paths, type Json } from "../../kube/client.ts";
 import { formatHistory } from "../../ledger/format.ts";
+import { escapeTerminal } from "../terminal.ts";
 import type { Invocation } from "./args.ts";
 import { Cluster, CliError, explainFailure, loadKubeConfig } from "./cluster.ts";
 import { formatDescribe, formatList } from "./format.ts";
@@ -151,7 +152,7 @@ async function history(ctx: Context): Promise<number> {
       notes.push(`the ledger at ${ledgerName(url)} holds no history for ${ctx.namespace}/${ctx.run}`);
     } catch (err) {
       if (!(err instanceof LedgerError)) throw err;
-      ctx.io.err(`warning: ${err.message}; showing what the cluster still holds\n`);
+      ctx.io.err(`warning: ${escapeTerminal(err.message)}; showing what the cluster still holds\n`);
       notes.push(`the ledger could not be read`);
     }
   } else {
@@ -168,14 +169,9 @@ async function history(ctx: Context): Promise<number> {
     ctx.io.out(`${JSON.stringify({ namespace: meta.namespace, name: meta.name, uid: meta.uid, source: "cluster", complete: false, note, timeline: items }, null, 2)}\n`);
     return 0;
   }
-  ctx.io.out(
-    [
-      `AgentRun ${meta.namespace}/${meta.name}  (uid ${meta.uid ?? "?"})`,
-      note,
-      "",
-      ...(items.length ? items.map(timelineLine) : ["(nothing recorded)"]),
-    ].join("\n") + "\n",
-  );
+  const lines = [`AgentRun ${meta.namespace}/${meta.name}  (uid ${meta.uid ?? "?"})`, note, "", ...(items.length ? items.map(timelineLine) : ["(nothing recorded)"])];
+  // Each entry is one line: a newline in an Event's note or a message must not start another.
+  ctx.io.out(lines.map((line) => escapeTerminal(line)).join("\n") + "\n");
   return 0;
 }
 
@@ -332,7 +328,8 @@ export async function execute(inv: Invocation, env: NodeJS.ProcessEnv, io: Io, n
   } catch (err) {
     // Anything unforeseen still gets one line: a stack trace tells a kubectl user nothing.
     const message = err instanceof CliError || err instanceof LedgerError ? err.message : explainFailure(err, "the API server");
-    io.err(`error: ${message}\n`);
+    // One line, whatever the API server or the ledger put in the message.
+    io.err(`error: ${escapeTerminal(message)}\n`);
     return 1;
   }
 }

@@ -1,9 +1,11 @@
 // What `kubectl agentrun` prints: ages as kubectl writes them, the run table, and the describe
-// page. Pure functions of the objects and the time, so that every line can be tested.
+// page. Pure functions of the objects and the time, so that every line can be tested. Every cell
+// and every line is escaped for the terminal (terminal.ts): runs carry text sandboxes wrote.
 import type { AgentRunStatus, EffectiveWatchdog } from "../../api/agentrun.ts";
 import { HEARTBEAT_FIELD, serverWriteTime } from "../../watchdog/observe.ts";
 import { ANNOTATIONS } from "../../api/annotations.ts";
 import type { Json } from "../../kube/client.ts";
+import { escapeTerminal } from "../terminal.ts";
 import { timelineLine, type TimelineItem } from "./timeline.ts";
 
 /** A duration the way kubectl prints ages: 45s, 3m12s, 25m, 5h10m, 30h, 3d4h, 90d, 2y30d. */
@@ -91,8 +93,12 @@ function truncate(text: string, max: number): string {
   return line.length <= max ? line : `${line.slice(0, max - 3)}...`;
 }
 
-/** Columns padded to their widest cell, three spaces apart, as kubectl's tables are. */
-export function table(header: string[], rows: string[][]): string {
+/**
+ * Columns padded to their widest cell, three spaces apart, as kubectl's tables are. Cells are
+ * escaped first, so that they are measured as they are printed and none spans two lines.
+ */
+export function table(header: string[], unescaped: string[][]): string {
+  const rows = unescaped.map((r) => r.map((cell) => escapeTerminal(cell)));
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
   const line = (cells: string[]) =>
     cells
@@ -298,5 +304,6 @@ export function formatDescribe({ run, timeline, timelineSource, now }: DescribeI
     `Timeline (${timelineSource}):`,
     ...(timeline.length ? timeline.map((i) => `  ${timelineLine(i)}`) : ["  (nothing recorded)"]),
   ];
-  return lines.join("\n") + "\n";
+  // Each entry is one line: a newline in a value must not start another.
+  return lines.map((line) => escapeTerminal(line)).join("\n") + "\n";
 }

@@ -1,5 +1,6 @@
 // `kubectl agentrun` as a function of its arguments and environment, returning the exit code:
 // 0 done, 1 failed or refused, 2 bad usage. Every failure is one readable line on stderr.
+import { terminalWriter } from "../terminal.ts";
 import { parse, usage, UsageError } from "./args.ts";
 import type { Io } from "./commands.ts";
 
@@ -8,7 +9,10 @@ const stdio: Io = {
   err: (text) => void process.stderr.write(text),
 };
 
-export async function main(argv: readonly string[], env: NodeJS.ProcessEnv, io: Io = stdio, now: () => number = Date.now): Promise<number> {
+export async function main(argv: readonly string[], env: NodeJS.ProcessEnv, terminal: Io = stdio, now: () => number = Date.now): Promise<number> {
+  // Everything printed passes here: the command line, runs and Events all carry text that others
+  // wrote, and none of it may drive the terminal.
+  const io = terminalWriter(terminal);
   let parsed;
   try {
     parsed = parse(argv);

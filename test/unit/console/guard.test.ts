@@ -33,9 +33,15 @@ describe("the guard", () => {
     expect(guard.checkWrite(req({ ...own, "content-type": "text/plain" }))).toMatchObject({ ok: false, status: 415 });
   });
 
-  it("answers nothing before it listens", () => {
+  it("takes any cookie of its own name that holds the token, so that one planted beside it locks no one out", () => {
+    expect(guard.check(req({ ...host, cookie: "agentrun_console_8090=planted; agentrun_console_8090=s3cret-token" })).ok).toBe(true);
+    expect(guard.check(req({ ...host, cookie: "agentrun_console_8090=planted; agentrun_console_8091=s3cret-token" }))).toMatchObject({ ok: false, status: 401 });
+  });
+
+  it("answers nothing before it listens, and has no cookie to give", () => {
     const early = new Guard("t");
     expect(early.check(req({ host: "127.0.0.1:8090", authorization: "Bearer t" }))).toMatchObject({ ok: false, status: 403 });
+    expect(() => early.cookie()).toThrow(/before it listens/);
   });
 });
 

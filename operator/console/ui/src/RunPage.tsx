@@ -176,7 +176,10 @@ function RunBody({ run, namespace, name, details }: { run: AgentRun; namespace: 
   const status = run.status ?? {};
   const spec = run.spec ?? {};
   const { outcomes } = useOutcomes();
-  const question = checkpointQuestion(run) ?? status.approval?.question;
+  // The question as the operator recorded it when the request was made: what the sandbox writes
+  // into its checkpoint afterwards cannot change what an approver reads. (The checkpoint's is only
+  // shown while no request has recorded one.)
+  const question = status.approval?.question ?? checkpointQuestion(run);
   const approval = status.approval ? { ...status.approval, ...(question ? { question } : {}) } : undefined;
   const actionable = { namespace, name, ...(status.phase ? { phase: status.phase } : {}), ...(approval ? { approval } : {}) };
   const showActions = hasActions(actionable) || outcomes.has(runKey(actionable));
@@ -321,7 +324,7 @@ function RunBody({ run, namespace, name, details }: { run: AgentRun; namespace: 
           <h2 id="sec-approval">Approval</h2>
           <dl class="fields">
             <Field label="Question" always>
-              {question ?? <span class="meta">Not in the checkpoint.</span>}
+              {question ?? <span class="meta">Not recorded.</span>}
             </Field>
             <Field label="State" always>
               {approval?.state ?? "-"}

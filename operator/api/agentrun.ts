@@ -101,6 +101,10 @@ export const WatchdogSpec = z
       1,
       "The same tool with the same arguments failing this many times in a row is a loop (ToolLoop). Default 3.",
     ).optional(),
+    maxRateLimitRequeues: count(
+      0,
+      "Rate-limit allowance: an attempt that gives up on a rate limit (the SDK's rate-limited exit after an HTTP 429) is requeued with rateLimitBackoff at most this many times in a row, spending no restart; one more needs a person (RateLimitRequeuesExhausted). A call that gets through resets the count. Default 10.",
+    ).optional(),
     stall: StallSpec.optional(),
     releaseAwaitingAfter: duration(
       "A run awaiting a reply (AwaitingReply) keeps its sandbox pod this long, then the pod is deleted to free resources; approving starts a new sandbox that resumes from the checkpoint. Default 10m.",
@@ -333,7 +337,7 @@ export type Transition = z.infer<typeof Transition>;
 /** How many transitions status keeps; the ledger holds the full history. */
 export const MAX_TRANSITIONS = 20;
 
-export const APPROVAL_STATES = ["Pending", "Approved", "Rejected", "TimedOut"] as const;
+export const APPROVAL_STATES = ["Pending", "Approved", "Rejected", "TimedOut", "Withdrawn"] as const;
 export const ApprovalStatus = z
   .strictObject({
     id: z
@@ -341,7 +345,21 @@ export const ApprovalStatus = z
       .max(128)
       .meta({ description: "Identifies this request; an answer counts only with watchdog.dev/approval-id naming it. New for every request." })
       .optional(),
-    state: z.enum(APPROVAL_STATES).meta({ description: "Pending while the agent awaits a reply; then Approved, Rejected or TimedOut." }),
+    state: z.enum(APPROVAL_STATES).meta({
+      description:
+        "Pending while the agent awaits a reply; then Approved, Rejected or TimedOut; or Withdrawn when the run left the wait without an answer (the agent moved on, or its sandbox ended): an answer naming a withdrawn request is refused.",
+    }),
+    question: z
+      .string()
+      .max(4096)
+      .meta({ description: "The question as the sandbox asked it, recorded by the operator when the request was made: what an approver answers, whatever the sandbox writes later." })
+      .optional(),
+    requestKey: z
+      .string()
+      .max(128)
+      .meta({ description: "The key the sandbox gave its question (status.checkpoint), so that it knows which request is its own." })
+      .optional(),
+    attempt: count(1, "The attempt that asked.").optional(),
     requestedAt: timestamp("When the agent started awaiting a reply."),
     answer: z.string().max(4096).meta({ description: "The answer given with watchdog.dev/approve; the next sandbox reads it." }).optional(),
     reason: z.string().max(4096).meta({ description: "Why the request was rejected." }).optional(),
@@ -356,6 +374,8 @@ export const EffectiveWatchdog = z
     backoff: resolvedBackoff,
     rateLimitBackoff: resolvedBackoff,
     maxConsecutiveToolFailures: z.int().meta({ description: "Effective loop limit." }),
+    // Optional: what an earlier version of the operator recorded has none.
+    maxRateLimitRequeues: z.int().meta({ description: "Effective rate-limit allowance." }).optional(),
     stall: z
       .strictObject({
         enabled: z.boolean().meta({ description: "Whether stall nudges are sent." }),
@@ -380,7 +400,11 @@ export const TerminatingPod = z
     uid: z.string().max(128).meta({ description: "Its uid: a newer pod of the same name is another pod." }),
     nodeName: z.string().max(253).meta({ description: "The node it was bound to, if any." }).optional(),
     since: timestamp("When its deletion was asked for or first seen."),
-    gracePeriodSeconds: count(0, "The grace its containers get to stop.").optional(),
+    gracePeriodSeconds: count(0, "The grace its deletion gives its containers to stop.").optional(),
+    podGracePeriodSeconds: count(
+      0,
+      "The pod's own terminationGracePeriodSeconds: the grace its kubelet uses when it finds the pod gone without having seen the deletion (after a relist, or a restart). The pod is confirmed gone only after the longer of the two has passed since its node was back in contact.",
+    ).optional(),
     vanishedAt: timestamp("When its object disappeared without a final state that shows its containers stopped.").optional(),
     contactAt: timestamp("When its node was first heard from after the object disappeared.").optional(),
   })
@@ -401,6 +425,7 @@ export const AgentRunStatus = z
     podName: z.string().max(253).meta({ description: "The current attempt's sandbox pod." }).optional(),
     podUID: z.string().max(128).meta({ description: "The uid of the current attempt's sandbox pod; admission fences sandbox writes by it." }).optional(),
     nodeName: z.string().max(253).meta({ description: "The node the current sandbox pod is bound to." }).optional(),
+    podGracePeriodSeconds: count(0, "The terminationGracePeriodSeconds the current sandbox pod was created with.").optional(),
     terminating: z
       .array(TerminatingPod)
       .max(MAX_TERMINATING)
@@ -432,6 +457,9 @@ export const AgentRunStatus = z
       .meta({ description: "The latest phase transitions, newest last; the ledger catches up from them after an outage." })
       .optional(),
     watchdog: EffectiveWatchdog.optional(),
+    timeoutsChangedAt: timestamp(
+      "When the effective heartbeatTimeout or startTimeout last changed (a spec edit, or a new install default): a deadline counts from here at the earliest, so that a sandbox still on the old heartbeat interval has a whole new timeout to learn it.",
+    ).optional(),
     // sandbox-owned
     heartbeat: Heartbeat.optional(),
     toolCalls: z.array(ToolCall).max(64).meta({ description: "The latest tool calls, newest last." }).optional(),
@@ -449,6 +477,7 @@ export const ObjectMeta = z.looseObject({
   deletionTimestamp: z.union([z.string(), z.date()]).optional(),
   annotations: z.record(z.string(), z.string()).optional(),
   labels: z.record(z.string(), z.string()).optional(),
+  finalizers: z.array(z.string()).optional(),
 });
 
 export const AgentRun = z.looseObject({

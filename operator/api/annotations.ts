@@ -26,6 +26,16 @@ export const ANSWER_ANNOTATIONS = [ANNOTATIONS.approve, ANNOTATIONS.reject, ANNO
 /** Annotations only the operator writes; it never touches the others. */
 export const OPERATOR_ANNOTATIONS = [ANNOTATIONS.attempt, ANNOTATIONS.retryAfter, ANNOTATIONS.backoffReason] as const;
 
+/** The finalizer that keeps a run being deleted until its sandbox is confirmed gone (operator). */
+export const FINALIZER = "watchdog.dev/sandbox-gone";
+
+/**
+ * While the agent awaits a reply, the SDK's checkpoint carries the request under this key, beside
+ * the agent's own data: the question and the key the sandbox gave it. The operator copies both
+ * into status.approval when it opens the request.
+ */
+export const APPROVAL_REQUEST_KEY = "watchdog.dev/approval-request";
+
 export const LABELS = {
   /** On every sandbox pod: the name of its AgentRun. */
   run: "watchdog.dev/run",
@@ -47,10 +57,15 @@ export const SANDBOX_FIELD_MANAGER = "agent-watchdog-sandbox";
 /**
  * Exit codes of the agent container that mean something to the watchdog. The SDKs exit with
  * unconfirmedSideEffect when they refuse to run again a non-idempotent call whose outcome is
- * unknown (rule 10): the run then needs a person (UnconfirmedSideEffect), never a restart.
+ * unknown (rule 10): the run then needs a person (UnconfirmedSideEffect), never a restart. They
+ * exit with rateLimited when the agent gave up its attempt because its newest tool call was
+ * rate limited (HTTP 429): only that exit, with that call on record, is requeued with the
+ * rate-limit backoff (rule 4); any other crash, and every hang, spends a restart whatever the
+ * last call was.
  */
 export const SANDBOX_EXIT_CODES = {
   unconfirmedSideEffect: 3,
+  rateLimited: 6,
 } as const;
 
 /**

@@ -10,6 +10,7 @@ export const BUILTIN_DEFAULTS: EffectiveWatchdog = {
   backoff: { initial: "60s", factor: 2, max: "10m" },
   rateLimitBackoff: { initial: "2s", factor: 2, max: "5m" },
   maxConsecutiveToolFailures: 3,
+  maxRateLimitRequeues: 10,
   stall: {
     enabled: true,
     timeout: "30s",
@@ -57,6 +58,7 @@ export function resolveWatchdog(spec: Layer, install?: Layer): EffectiveWatchdog
     backoff: pickNested("backoff", layers),
     rateLimitBackoff: pickNested("rateLimitBackoff", layers),
     maxConsecutiveToolFailures: pick("maxConsecutiveToolFailures", layers),
+    maxRateLimitRequeues: pick("maxRateLimitRequeues", layers),
     stall: pickNested("stall", layers),
     releaseAwaitingAfter: pick("releaseAwaitingAfter", layers),
     ...(pick("approvalTimeout", layers) !== undefined ? { approvalTimeout: pick("approvalTimeout", layers) } : {}),
@@ -75,6 +77,7 @@ export interface WatchdogSettings {
   backoff: BackoffSettings;
   rateLimitBackoff: BackoffSettings;
   maxConsecutiveToolFailures: number;
+  maxRateLimitRequeues: number;
   stall: { enabled: boolean; timeoutMs: number; maxNudges: number; message: string };
   releaseAwaitingAfterMs: number;
   /** Undefined: wait for a reply forever. */
@@ -104,6 +107,7 @@ export function toSettings(effective: EffectiveWatchdog): WatchdogSettings {
     backoff: backoff(effective.backoff),
     rateLimitBackoff: backoff(effective.rateLimitBackoff),
     maxConsecutiveToolFailures: effective.maxConsecutiveToolFailures,
+    maxRateLimitRequeues: effective.maxRateLimitRequeues ?? (BUILTIN_DEFAULTS.maxRateLimitRequeues as number),
     stall: {
       enabled: effective.stall.enabled,
       timeoutMs: parseDuration(effective.stall.timeout),

@@ -16,10 +16,11 @@ import { toMillis } from "../watchdog/observe.ts";
 import type { SandboxIdentity } from "../watchdog/sandbox-identity.ts";
 import { isQuiet, type Plan } from "../watchdog/plan.ts";
 import type { EventRecorder } from "./events.ts";
-import { Executor, type Executed } from "./executor.ts";
+import { Executor, StatusWriteRefused, type Executed } from "./executor.ts";
 import { Informer } from "./informer.ts";
 import { NodeCache } from "./nodes.ts";
 import { WorkQueue } from "./queue.ts";
+import { TRACKED_POLL_MS, TrackedPods } from "./tracked.ts";
 import { trimPod, trimRun } from "./trim.ts";
 import { Wakeups } from "./wakeups.ts";
 import { Written } from "./written.ts";
@@ -70,6 +71,16 @@ export class Controller {
   private readonly heartbeatsSeen = new Map<string, { key: string; at: number }>();
   /** run key -> what was last believed about its current attempt's liveness, from every event seen. */
   private readonly liveness = new Map<string, LivenessMemory>();
+  /** pod uid -> container name -> when this operator first saw it running (its own clock). */
+  private readonly containerStarts = new Map<string, Map<string, number>>();
+  /** pod uid -> the run key its pod cache entry is filed under (a label can change). */
+  private readonly podKeys = new Map<string, string>();
+  /** Pods the runs' statuses track that the label-selected cache does not show. */
+  private readonly tracked: TrackedPods;
+  /** run key -> the API server's refusal of its last status write, for the next decision. */
+  private readonly refusals = new Map<string, { message: string; tooLarge: boolean }>();
+  /** The API server's clock: every deadline is compared with it, never with this machine's. */
+  private readonly clock: KubeClient["clock"];
   /** What this operator wrote and its watches have not shown yet. */
   private readonly written = new Written();
   /** informer -> the resourceVersion of its collection when this replica began to lead. */
@@ -90,9 +101,11 @@ export class Controller {
     this.metrics = metrics;
     this.log = log;
     this.options = options;
+    this.clock = client.clock;
+    this.tracked = new TrackedPods(client);
     this.queue = new WorkQueue(metrics.queueMetrics());
-    this.wakeups = new Wakeups((key) => this.queue.add(key));
-    this.executor = new Executor(client, recorder, () => this.options.defaults, options.sandbox, Date.now, (key, run, pods) => this.inputsFor(key, run, pods));
+    this.wakeups = new Wakeups((key) => this.queue.add(key), () => this.clock.now());
+    this.executor = new Executor(client, recorder, () => this.options.defaults, options.sandbox, () => this.clock.now(), (key, run, pods) => this.inputsFor(key, run, pods));
     this.executor.trustCache = () => this.cacheCurrent();
     this.executor.mayDeferMirror = (key) => this.mayDeferMirror(key);
     this.nodeCache = new NodeCache(client, { resyncMs: options.resyncMs, silenceMs: options.watchSilenceMs, log });
@@ -271,6 +284,8 @@ export class Controller {
       this.tombstones.delete(key);
       this.mirrorsDeferred.delete(key);
       this.written.forget(key);
+      this.tracked.forget(key);
+      this.refusals.delete(key);
       return;
     }
     // A heartbeat value that changed while this operator watched is a sign of life it saw itself
@@ -294,26 +309,53 @@ export class Controller {
   }
 
   private onPod(event: string, pod: Json): void {
-    const meta = pod.metadata as { namespace: string; name: string; labels?: Record<string, string> };
+    const meta = pod.metadata as { namespace: string; name: string; uid?: string; labels?: Record<string, string> };
     const runName = meta.labels?.[LABELS.run];
     if (!runName) return;
     const key = keyOf(meta.namespace, runName);
+    const uid = meta.uid;
     if (event === "delete") {
       this.forgetPod(key, meta.name);
       this.written.podGone(key, pod);
-      // Its final state says whether the kubelet stopped its containers (rule 9).
-      const uid = (pod.metadata as { uid?: string }).uid;
       if (uid) {
-        let tombs = this.tombstones.get(key);
-        if (!tombs) this.tombstones.set(key, (tombs = new Map()));
-        tombs.set(uid, { pod, at: Date.now() });
+        this.podKeys.delete(uid);
+        this.containerStarts.delete(uid);
+        // Its final state says whether the kubelet stopped its containers (rule 9).
+        this.tombstone(key, pod);
       }
     } else {
+      // A pod relabelled to another run's name leaves the first run's entry (which still tracks it by uid).
+      const filed = uid ? this.podKeys.get(uid) : undefined;
+      if (uid && filed !== undefined && filed !== key) {
+        this.forgetPod(filed, meta.name);
+        this.queue.add(filed);
+      }
+      if (uid) this.podKeys.set(uid, key);
       let pods = this.podsByRun.get(key);
       if (!pods) this.podsByRun.set(key, (pods = new Map()));
       pods.set(meta.name, pod);
+      if (uid) this.noteContainerStarts(uid, pod);
     }
     if (event !== "resync") this.queue.add(key);
+  }
+
+  private tombstone(key: string, pod: Json): void {
+    const uid = (pod.metadata as { uid?: string }).uid;
+    if (!uid) return;
+    let tombs = this.tombstones.get(key);
+    if (!tombs) this.tombstones.set(key, (tombs = new Map()));
+    tombs.set(uid, { pod, at: Date.now() });
+  }
+
+  /** When each container was first seen running, on this operator's own clock (rule 2: never the node's). */
+  private noteContainerStarts(uid: string, pod: Json): void {
+    const statuses = ((pod.status as { containerStatuses?: { name?: string; state?: { running?: unknown } }[] } | undefined)?.containerStatuses ?? []);
+    for (const cs of statuses) {
+      if (!cs.state?.running || typeof cs.name !== "string") continue;
+      let seen = this.containerStarts.get(uid);
+      if (!seen) this.containerStarts.set(uid, (seen = new Map()));
+      if (!seen.has(cs.name)) seen.set(cs.name, Date.now());
+    }
   }
 
   private forgetPod(key: string, name: string): void {
@@ -402,6 +444,8 @@ export class Controller {
     } catch (err) {
       this.metrics.reconcileTotal.inc({ controller: CONTROLLER, result: "error" });
       this.metrics.reconcileErrors.inc({ controller: CONTROLLER });
+      // The next decision is told, so that it stops the run with a write that is taken (rule 12).
+      if (err instanceof StatusWriteRefused) this.refusals.set(key, { message: err.message, tooLarge: err.tooLarge });
       this.log.error({ err: String(err), key }, "reconcile failed; retrying with backoff");
       this.queue.addRateLimited(key);
     } finally {
@@ -422,7 +466,12 @@ export class Controller {
       return "success";
     }
     const pods = this.written.currentPods(key, [...(this.podsByRun.get(key)?.values() ?? [])]);
-    let plan: Plan = decide({ run, pods, now: Date.now(), defaults: this.options.defaults, sandbox: this.options.sandbox, ...this.inputsFor(key, run, pods) });
+    const [namespace] = key.split("/") as [string, string];
+    // Pods its status tracks that the cache no longer shows are looked up before anything is decided.
+    const lookup = await this.tracked.lookup(key, namespace, run, pods, [...(this.tombstones.get(key)?.values() ?? [])].map((t) => t.pod));
+    for (const pod of lookup.vanished) this.tombstone(key, pod);
+    const refused = this.refusals.get(key);
+    let plan: Plan = decide({ run, pods, now: this.clock.now(), defaults: this.options.defaults, sandbox: this.options.sandbox, ...this.inputsFor(key, run, pods) });
     let executed: Executed | undefined;
     if (!isQuiet(plan)) {
       const [namespace, name] = key.split("/") as [string, string];
@@ -437,6 +486,7 @@ export class Controller {
         throw err;
       }
       plan = executed.plan;
+      if (refused) this.refusals.delete(key);
       if (executed.gone) {
         this.written.forget(key);
         this.wakeups.set(key, undefined);
@@ -454,6 +504,8 @@ export class Controller {
     }
     for (const observer of this.observers) observer(executed?.run ?? run, executed);
     this.wakeups.set(key, plan.wakeAt);
+    // A tracked pod the cache does not show sends no events: it is read again.
+    if (lookup.polling) this.queue.addAfter(key, TRACKED_POLL_MS);
     return plan.wakeAt === undefined ? "success" : "requeue_after";
   }
 
@@ -487,8 +539,20 @@ export class Controller {
     const inputs: Partial<DecideInput> = { deletedPods };
     const nodes = unplaced ? this.nodeCache.all() : this.nodeCache.views(names);
     if (nodes) inputs.nodes = nodes;
+    // This operator's own sightings, moved onto the server's clock (their latest possible time).
     const seen = this.heartbeatsSeen.get(key);
-    if (seen && seen.key === heartbeatKey(run)) inputs.heartbeatSeenAt = seen.at;
+    if (seen && seen.key === heartbeatKey(run)) inputs.heartbeatSeenAt = this.clock.upper(seen.at);
+    const starts = new Map<string, Map<string, number>>();
+    for (const pod of pods) {
+      const uid = (pod.metadata as { uid?: string } | undefined)?.uid;
+      const local = uid ? this.containerStarts.get(uid) : undefined;
+      if (uid && local) starts.set(uid, new Map([...local].map(([name, at]) => [name, this.clock.upper(at)])));
+    }
+    if (starts.size) inputs.containerStartsSeen = starts;
+    const detached = this.tracked.known(key);
+    if (detached.length) inputs.detachedPods = detached;
+    const refused = this.refusals.get(key);
+    if (refused) inputs.refusedWrite = refused;
     const liveness = this.liveness.get(key);
     if (liveness) inputs.liveness = liveness;
     return inputs;

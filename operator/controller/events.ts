@@ -5,10 +5,13 @@
 import { randomBytes } from "node:crypto";
 import type { Logger } from "pino";
 import { API_VERSION, KIND } from "../api/agentrun.ts";
+import { cutToBytes } from "../api/limits.ts";
 import { paths, type Json, type KubeClient } from "../kube/client.ts";
 import type { PlannedEvent } from "../watchdog/plan.ts";
 
 export const REPORTING_CONTROLLER = "watchdog.dev/agent-watchdog";
+/** events.k8s.io/v1 refuses an Event whose note is longer. */
+export const EVENT_NOTE_MAX_BYTES = 1024;
 
 /** An RFC 3339 time with microseconds, as events.k8s.io's eventTime (MicroTime) wants. */
 function microTime(ms: number): string {
@@ -55,7 +58,8 @@ export class EventRecorder {
       type: event.type,
       reason: event.reason,
       action: event.action,
-      note: event.note.slice(0, 1024),
+      // The API limits a note to 1 kB, in bytes: a cut by characters would drop non-ASCII warnings.
+      note: cutToBytes(event.note, EVENT_NOTE_MAX_BYTES),
       reportingController: REPORTING_CONTROLLER,
       reportingInstance: this.instance,
       regarding: { apiVersion: API_VERSION, kind: KIND, name: meta.name, namespace: meta.namespace, uid: meta.uid, resourceVersion: meta.resourceVersion },

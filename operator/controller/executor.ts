@@ -9,8 +9,15 @@
 //   first. Events come last, sent in the background.
 // - pods are deleted gracefully, never with grace 0: a node cut off from the API server would keep
 //   a force-deleted pod's containers running (rule 9);
-// - a status write the API server refuses never stops a hung or looping pod from being deleted
-//   (rule 12): the deletions still happen, then the error is reported;
+// - a run's finalizer goes on before its first pod is created (with the attempt annotation, in
+//   one metadata write guarded by the resourceVersion), and comes off only when the core says no
+//   sandbox of it may run;
+// - no pod is deleted behind a status write that failed: a kill never rides on a plan a newer
+//   heartbeat would have refused (rule 2). A write refused for what it held (400, 413, 422, or
+//   the storage's "too large") is reported as StatusWriteRefused, and the next decision, told so,
+//   stops the run for a person with a write small enough to be taken, and deletes the pods behind
+//   that (rule 12); a write that failed for any other reason (a conflict, 429 from API Priority
+//   and Fairness, 5xx, a timeout) is retried from a fresh read;
 // - every write first asks whether this replica may still write (it leads).
 // A plan made from the cache is carried out as it is: the status write's resourceVersion
 // precondition (and the annotation write's) refuses it when the cached run was stale, and the pod
@@ -19,8 +26,9 @@
 // run: the cache could otherwise miss one that another replica created. After a conflict the plan
 // is made again from a fresh read of the run and its pods.
 import type { Logger } from "pino";
-import { ANNOTATIONS, LABELS } from "../api/annotations.ts";
+import { ANNOTATIONS, FINALIZER, LABELS } from "../api/annotations.ts";
 import type { InstallDefaults } from "../api/defaults.ts";
+import { cutToCodePoints } from "../api/limits.ts";
 import { ApiError, isAlreadyExists, isConflict, isNotFound, paths, type Json, type KubeClient } from "../kube/client.ts";
 import { decide, type DecideInput } from "../watchdog/decide.ts";
 import { isLive, podView } from "../watchdog/observe.ts";
@@ -65,6 +73,25 @@ export interface CachedDecision {
 }
 
 const MAX_CONFLICT_RETRIES = 5;
+
+/**
+ * The API server refused a run's status write for what it held: the write will never be taken as
+ * it is. The caller tells the next decision (DecideInput.refusedWrite).
+ */
+export class StatusWriteRefused extends Error {
+  readonly tooLarge: boolean;
+  constructor(cause: ApiError) {
+    super(cutToCodePoints(cause.message, 512), { cause });
+    this.name = "StatusWriteRefused";
+    this.tooLarge = cause.code === 413 || /too large/i.test(cause.message);
+  }
+}
+
+/** A refusal of what a write held, as opposed to a conflict, an overload or an outage. */
+export function refusedForContent(err: unknown): err is ApiError {
+  if (!(err instanceof ApiError)) return false;
+  return err.code === 400 || err.code === 413 || err.code === 422 || (err.code === 500 && /too large/i.test(err.message));
+}
 
 /** Thrown instead of writing when this replica no longer leads. */
 export class NotLeaderError extends Error {
@@ -166,10 +193,23 @@ export class Executor {
   }
 
   private async apply(run: Json, pods: Json[], plan: Plan, log: Logger, podCreated: () => void): Promise<Executed> {
-    const meta = run.metadata as { name: string; namespace: string; resourceVersion: string; uid: string };
+    const meta = run.metadata as { name: string; namespace: string; resourceVersion: string; uid: string; finalizers?: string[] };
     let current = run;
     const result: Executed = { plan, run };
     let status = plan.status;
+    const versionOf = (o: Json) => (o.metadata as { resourceVersion: string }).resourceVersion;
+    let annotationsDone = false;
+
+    if (plan.finalizer === "add") {
+      // Before the pod exists: a run deleted from here on stays until its sandbox is gone. The
+      // attempt annotation goes with it, so a start still costs three requests.
+      this.guard();
+      current = await this.client.mergePatch(paths.run(meta.namespace, meta.name), {
+        metadata: { resourceVersion: meta.resourceVersion, finalizers: [...(meta.finalizers ?? []).filter((f) => f !== FINALIZER), FINALIZER], ...(plan.annotations ? { annotations: plan.annotations } : {}) },
+      });
+      result.run = current;
+      annotationsDone = true;
+    }
 
     if (plan.createPod) {
       // Only the run's own pods count (owner uid): an earlier run's pod of the same name is not it.
@@ -207,29 +247,34 @@ export class Executor {
       try {
         this.guard();
         current = await this.client.mergePatch(paths.runStatus(meta.namespace, meta.name), {
-          metadata: { resourceVersion: meta.resourceVersion },
+          metadata: { resourceVersion: versionOf(current) },
           status,
         });
         result.run = current;
       } catch (err) {
-        if (isConflict(err) || err instanceof NotLeaderError || plan.deletePods.length === 0) throw err;
-        // Refused for its content (or the server failed): the decision to stop a pod stands on its
-        // own, and the next reconcile sees the pod terminating and records it.
-        log.error({ err: String(err) }, "status write refused; deleting the plan's pods anyway");
-        await this.deletePods(meta.namespace, plan.deletePods, log);
-        this.recorder.record(run, { type: "Warning", reason: "StatusWriteRefused", action: "UpdateStatus", note: `the status write was refused (${String(err).slice(0, 300)}); the sandbox pods were deleted anyway` });
+        // No deletion behind a write that failed: the next decision, from a fresh read, decides
+        // again (a conflict or an outage), or is told the API server will never take it.
+        if (refusedForContent(err)) {
+          log.error({ err: String(err) }, "status write refused for what it held; the next decision stops the run for a person");
+          throw new StatusWriteRefused(err);
+        }
         throw err;
       }
     }
     this.guard();
     // A status write that was accepted shows the run was current; without one, the annotations
-    // carry the precondition themselves, so that a stale run cannot move an attempt back.
-    const precondition = status ? {} : { resourceVersion: meta.resourceVersion };
-    const deferred = mirrorOnly(plan.annotations) && this.mayDeferMirror(`${meta.namespace}/${meta.name}`);
+    // carry the precondition themselves, so that a stale run cannot move an attempt back. The
+    // finalizer comes off only with the precondition: the list is replaced as a whole.
+    const removeFinalizer = plan.finalizer === "remove";
+    const precondition = status && !removeFinalizer ? {} : { resourceVersion: versionOf(current) };
+    const deferred = !annotationsDone && !removeFinalizer && mirrorOnly(plan.annotations) && this.mayDeferMirror(`${meta.namespace}/${meta.name}`);
     if (deferred) result.annotationsDeferred = true;
+    const annotations = plan.annotations && !annotationsDone && !deferred ? { annotations: plan.annotations } : {};
+    const finalizers = removeFinalizer ? { finalizers: (meta.finalizers ?? []).filter((f) => f !== FINALIZER) } : {};
+    const metadata = Object.keys(annotations).length || removeFinalizer ? { ...precondition, ...annotations, ...finalizers } : undefined;
     const [deleted, annotated] = await Promise.all([
       this.deletePods(meta.namespace, plan.deletePods, log),
-      plan.annotations && !deferred ? this.client.mergePatch(paths.run(meta.namespace, meta.name), { metadata: { ...precondition, annotations: plan.annotations } }) : undefined,
+      metadata ? this.client.mergePatch(paths.run(meta.namespace, meta.name), { metadata }) : undefined,
     ]);
     if (deleted) {
       const { podsWritten, ...rest } = deleted;

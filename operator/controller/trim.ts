@@ -26,16 +26,27 @@ export function trimRun(run: Json): Json {
   return { ...run, metadata: kept.length ? { ...rest, managedFields: kept } : rest };
 }
 
+/** The managedFields path of a pod's container states (the kubelet's status writes). */
+const CONTAINER_STATES_FIELDS_V1: Json = { "f:status": { "f:containerStatuses": {} } };
+
+function touchesContainerStates(entry: Json): boolean {
+  return ((entry.fieldsV1 as Json | undefined)?.["f:status"] as Json | undefined)?.["f:containerStatuses"] !== undefined;
+}
+
 /**
  * A pod keeps its identity, labels, owners, deletion, node, grace, container names, phase and
- * container states: its template (images, env, volumes), addresses, conditions and managedFields
- * are never read once it exists.
+ * container states, and of its managedFields only the time of the newest write of its container
+ * states (when the API server accepted the kubelet's report of a start, on the server's clock):
+ * its template (images, env, volumes), addresses and conditions are never read once it exists.
  */
 export function trimPod(pod: Json): Json {
   const meta = (pod.metadata ?? {}) as Json;
   const spec = (pod.spec ?? {}) as Json;
   const names = (list: unknown) => (Array.isArray(list) ? (list as Json[]).map((c) => ({ name: c.name, ...(c.restartPolicy !== undefined ? { restartPolicy: c.restartPolicy } : {}) })) : undefined);
-  const { managedFields: _dropped, ...metadata } = meta;
+  const { managedFields, ...rest } = meta;
+  const states = ((managedFields as Json[] | undefined) ?? []).filter(touchesContainerStates);
+  const newest = states.reduce<Json | undefined>((a, b) => (a === undefined || String(b.time ?? "") > String(a.time ?? "") ? b : a), undefined);
+  const metadata = newest ? { ...rest, managedFields: [{ manager: newest.manager, operation: newest.operation, time: newest.time, fieldsV1: CONTAINER_STATES_FIELDS_V1 }] } : rest;
   return {
     apiVersion: pod.apiVersion,
     kind: pod.kind,

@@ -8,8 +8,10 @@
 //                           resumes from the checkpoint and completes
 //   tool-loop               calls the same failing tool with the same arguments until stopped
 //                           (ToolLoop)
-//   rate-limited            a tool fails with 429 and Retry-After on attempt 1 and the agent exits
-//                           non-zero; a later attempt gets through and completes (RateLimited)
+//   rate-limited            a tool fails with 429 and Retry-After on attempt 1 and the agent gives
+//                           up: runAgent exits 6 (rate limited), so the watchdog requeues the run
+//                           with the rate-limit backoff, no restart spent; a later attempt gets
+//                           through and completes (RateLimited)
 //   stall                   says its final text, then stays silent whatever the nudges say
 //                           (StallUnresolved)
 //   await-approval          asks a person, completes with the answer (also across a release of
@@ -167,6 +169,8 @@ const behaviours: Record<Behaviour, (sandbox: Sandbox) => Promise<void>> = {
       },
       { idempotent: true },
     );
+    // Giving up right after a 429: runAgent exits with EXIT_CODES.rateLimited, and the watchdog
+    // waits out the rate limit (the call's Retry-After) instead of spending a restart.
     if (!outcome.ok) throw new Error(`giving up this attempt: ${outcome.error.message}`);
     await sandbox.say(outcome.value.text);
   },

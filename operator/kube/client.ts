@@ -6,6 +6,7 @@ import { Agent, request as httpsRequest, type RequestOptions as HttpsRequestOpti
 import type { IncomingMessage } from "node:http";
 import type { KubeConfig } from "@kubernetes/client-node";
 import { fromKubeConfig, loadConnection, type Connection } from "./connection.ts";
+import { ServerClock } from "./server-clock.ts";
 
 export type Json = Record<string, unknown>;
 
@@ -66,6 +67,8 @@ export class WatchError extends Error {
 
 export class KubeClient {
   readonly server: string;
+  /** The API server's clock, learnt from the Date header of every response. */
+  readonly clock = new ServerClock();
   private readonly connection: Connection;
   private readonly agent: Agent;
   private readonly observers: RequestObserver[] = [];
@@ -125,7 +128,9 @@ export class KubeClient {
       for (let retry = 0; ; retry++) {
         const headers: Record<string, string> = { Accept: "application/json", "User-Agent": USER_AGENT, ...(await this.authorize(retry > 0)) };
         if (body !== undefined) headers["Content-Type"] = options.contentType ?? "application/json";
+        const sentAt = Date.now();
         response = await this.send(method, url, headers, body, signal);
+        this.clock.observe(response.headers.date, sentAt, Date.now());
         if (response.statusCode !== 401 || retry > 0 || !this.connection.authorization) break;
         response.resume();
       }
@@ -183,7 +188,10 @@ export class KubeClient {
     const url = this.url(path, { ...query, watch: true });
     let response: IncomingMessage;
     for (let retry = 0; ; retry++) {
-      response = await this.send("GET", url, { Accept: "application/json", "User-Agent": USER_AGENT, ...(await this.authorize(retry > 0)) }, undefined, controller.signal);
+      const headers = { Accept: "application/json", "User-Agent": USER_AGENT, ...(await this.authorize(retry > 0)) };
+      const sentAt = Date.now();
+      response = await this.send("GET", url, headers, undefined, controller.signal);
+      this.clock.observe(response.headers.date, sentAt, Date.now());
       if (response.statusCode !== 401 || retry > 0 || !this.connection.authorization) break;
       response.resume();
     }

@@ -9,6 +9,11 @@ WATCHDOG_RUN_NAMESPACE and WATCHDOG_ATTEMPT and mounts the pod's service-account
 or, outside a cluster, with those three variables and KUBECONFIG set. It writes its report into
 $EXAMPLE_REPORT_DIR (default: the temporary directory). Exit 0 completes the run; see
 agent_watchdog.ExitCode for the other codes.
+
+With EXAMPLE_BEHAVIOUR=rate-limited it plays the TypeScript example agent's behaviour of that name
+instead: its model call fails with HTTP 429 and Retry-After ($EXAMPLE_RETRY_AFTER_SECONDS, 5) on
+attempt 1 and it gives up, so run_agent exits 6 (rate limited) and the watchdog requeues the run
+with the rate-limit backoff, without spending a restart; a later attempt gets through.
 """
 
 from __future__ import annotations
@@ -39,7 +44,25 @@ def write_report(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     return {"file": path, "lines": len(args["lines"])}
 
 
+def call_model(args: dict[str, str], ctx: ToolContext) -> dict[str, str]:
+    # The fake model API is busy on the first attempt only.
+    if ctx.attempt == 1:
+        raise ToolError("429 Too Many Requests", http_status=429, retry_after_seconds=float(os.environ.get("EXAMPLE_RETRY_AFTER_SECONDS") or 5))
+    return {"text": "The model answered."}
+
+
+def rate_limited(sandbox: Sandbox) -> None:
+    answer = sandbox.tool("call_model", {"prompt": sandbox.goal or ""}, call_model, idempotent=True)
+    if not answer.ok or answer.value is None:
+        # Giving up right after a 429: run_agent exits 6, and the watchdog waits out the rate limit.
+        raise RuntimeError(f"giving up this attempt: {answer.error.message if answer.error else 'no answer'}")
+    sandbox.say(answer.value["text"])
+
+
 def main(sandbox: Sandbox) -> None:
+    if os.environ.get("EXAMPLE_BEHAVIOUR") == "rate-limited":
+        rate_limited(sandbox)
+        return
     # A new attempt resumes from the last committed checkpoint.
     resumed = sandbox.load_checkpoint() or {"step": 0}
     if sandbox.last_failure:

@@ -7,6 +7,8 @@
 import { KubeConfig, RequestContext, type HttpMethod } from "@kubernetes/client-node";
 import { fetch, type Dispatcher, type Response } from "undici";
 import { GROUP, PLURAL, VERSION } from "../api/agentrun.ts";
+import { parseRetryAfter } from "./errors.ts";
+import { timerDelayMs } from "./timers.ts";
 
 export type Json = Record<string, unknown>;
 export type Query = Record<string, string | number | boolean | undefined>;
@@ -32,13 +34,17 @@ export class ApiError extends Error {
   readonly code: number;
   readonly reason: string;
   readonly body: unknown;
-  constructor(method: string, path: string, code: number, body: unknown) {
-    const status = body as { message?: string; reason?: string } | undefined;
+  /** How long the server asks the client to wait (its Retry-After header, or the Status's details). */
+  readonly retryAfterSeconds?: number;
+  constructor(method: string, path: string, code: number, body: unknown, retryAfter?: string | null) {
+    const status = body as { message?: string; reason?: string; details?: { retryAfterSeconds?: unknown } } | undefined;
     super(`${method} ${path}: ${code} ${status?.reason ?? ""} ${status?.message ?? ""}`.trim());
     this.name = "ApiError";
     this.code = code;
     this.reason = status?.reason ?? "";
     this.body = body;
+    const seconds = parseRetryAfter(retryAfter ?? undefined, Date.now()) ?? parseRetryAfter(status?.details?.retryAfterSeconds, Date.now());
+    if (seconds !== undefined) this.retryAfterSeconds = seconds;
   }
 }
 
@@ -54,10 +60,35 @@ export function apiErrorCode(err: unknown): number | undefined {
 
 export const isNotFound = (err: unknown) => apiErrorCode(err) === 404;
 
-/** Errors worth retrying: the server or the network may recover (no status at all is the network). */
+/** What the server said, from its Status object, else the error's own message. */
+function serverMessage(err: unknown): string {
+  const body = (err as { body?: { message?: unknown } } | null)?.body;
+  if (typeof body?.message === "string") return body.message;
+  return err instanceof Error ? err.message : "";
+}
+
+/**
+ * The storage's size limit: etcd refuses a request over its limit ("etcdserver: request is too
+ * large"), which the API server passes on as a 500. The same request would fail again.
+ */
+export const isTooLarge = (err: unknown) => /too large/i.test(serverMessage(err));
+
+/**
+ * Errors worth retrying: the server or the network may recover. No status at all is the network;
+ * 401 is a token the kubelet is about to rotate (the client has already read it afresh once);
+ * 408, 409 and 429 pass; a 5xx is the server's trouble, unless it is a size limit. Anything else
+ * is the server refusing this request, and it would refuse it again.
+ */
 export function isTransient(err: unknown): boolean {
   const code = apiErrorCode(err);
-  return code === undefined || code === 0 || code === 401 || code === 408 || code === 409 || code === 429 || code >= 500;
+  if (code === undefined || code === 0 || code === 401 || code === 408 || code === 409 || code === 429) return true;
+  return code >= 500 && !isTooLarge(err);
+}
+
+/** The wait a server asked for with its refusal (Retry-After), in ms, if it asked. */
+export function retryAfterMs(err: unknown): number | undefined {
+  const seconds = (err as { retryAfterSeconds?: unknown } | null)?.retryAfterSeconds;
+  return typeof seconds === "number" && Number.isFinite(seconds) && seconds >= 0 ? seconds * 1000 : undefined;
 }
 
 /** Backoff of retried reads and writes: 200 ms doubling to 5 s. */
@@ -133,13 +164,13 @@ export class ApiClient implements SandboxApi {
     // Unreferenced: the watch alone must not keep a process alive whose agent has finished.
     const stillAlive = () => {
       clearTimeout(idle);
-      idle = setTimeout(() => done(new Error(`watch of ${path}: nothing received for ${inactivityTimeoutMs} ms`)), inactivityTimeoutMs);
+      idle = setTimeout(() => done(new Error(`watch of ${path}: nothing received for ${inactivityTimeoutMs} ms`)), timerDelayMs(inactivityTimeoutMs));
       idle.unref?.();
     };
     stillAlive();
     void (async () => {
       const response = await this.send("GET", path, { ...query, watch: true }, undefined, undefined, abort.signal);
-      if (response.status !== 200) throw new ApiError("GET", path, response.status, parseBody(await response.text()));
+      if (response.status !== 200) throw new ApiError("GET", path, response.status, parseBody(await response.text()), response.headers.get("retry-after"));
       if (!response.body) throw new Error(`watch of ${path}: no body`);
       const decoder = new TextDecoder();
       let buffered = "";
@@ -168,7 +199,7 @@ export class ApiClient implements SandboxApi {
   private async json<T>(method: string, path: string, query?: Query, body?: string, contentType?: string): Promise<T> {
     const response = await this.send(method, path, query, body, contentType, AbortSignal.timeout(REQUEST_TIMEOUT_MS));
     const text = await response.text();
-    if (response.status < 200 || response.status > 299) throw new ApiError(method, path, response.status, parseBody(text));
+    if (response.status < 200 || response.status > 299) throw new ApiError(method, path, response.status, parseBody(text), response.headers.get("retry-after"));
     try {
       return (text ? JSON.parse(text) : undefined) as T;
     } catch {

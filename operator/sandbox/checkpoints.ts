@@ -2,18 +2,22 @@
 // from, and the step in progress (the one after it). Tool calls take their idempotency keys from
 // the step and their position in it, so a replay from the checkpoint meets the same keys again;
 // the position starts again at 0 whenever a checkpoint moves the step.
+//
+// A checkpoint too large for the run's status (operator/api/limits.ts) is refused when it is
+// held, before anything is written; one the API server refuses is taken back, so the step and
+// the keys stay those of the checkpoint status holds.
 import type { Checkpoint } from "../api/agentrun.ts";
-import { unwrapCheckpoint } from "./protocol.ts";
+import { checkpointRefusal, unwrapCheckpoint } from "./protocol.ts";
 import type { StatusWriter } from "./status-writer.ts";
 
 export class Checkpoints {
-  private readonly writer: Pick<StatusWriter, "setCheckpoint">;
+  private readonly writer: Pick<StatusWriter, "setCheckpoint" | "statusWith">;
   /** As written in status, with a pending approval request wrapped in (see approvals.ts). */
   private held: Checkpoint | undefined;
   private committedStep: number;
   private callIndex = 0;
 
-  constructor(found: Checkpoint | undefined, writer: Pick<StatusWriter, "setCheckpoint">) {
+  constructor(found: Checkpoint | undefined, writer: Pick<StatusWriter, "setCheckpoint" | "statusWith">) {
     this.writer = writer;
     this.held = found;
     this.committedStep = unwrapCheckpoint(found).checkpoint?.step ?? 0;
@@ -34,12 +38,23 @@ export class Checkpoints {
     return unwrapCheckpoint(this.held).checkpoint;
   }
 
-  /** Makes `checkpoint` what the next status write carries. */
-  hold(checkpoint: Checkpoint): void {
+  /**
+   * Makes `checkpoint` what the next status write carries, or throws CheckpointTooLargeError and
+   * changes nothing. Returns what takes it back if that write is refused (unless a newer
+   * checkpoint was held meanwhile).
+   */
+  hold(checkpoint: Checkpoint): () => void {
+    const refusal = checkpointRefusal(this.writer.statusWith(checkpoint));
+    if (refusal) throw refusal;
+    const before = { held: this.held, committedStep: this.committedStep, callIndex: this.callIndex };
     this.held = checkpoint;
     this.writer.setCheckpoint(checkpoint);
     if (checkpoint.step !== this.committedStep) this.callIndex = 0;
     this.committedStep = checkpoint.step;
+    return () => {
+      if (this.held !== checkpoint) return;
+      ({ held: this.held, committedStep: this.committedStep, callIndex: this.callIndex } = before);
+    };
   }
 
   /** The 0-based position of the next tool call within the step in progress. */

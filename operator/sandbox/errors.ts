@@ -10,7 +10,8 @@ export const MAX_RETRY_AFTER_SECONDS = 86_400;
 
 /**
  * How a sandbox process ends. Only 0 completes the run; unconfirmedSideEffect stops it for a
- * person; every other code is a crash to the watchdog.
+ * person; rateLimited requeues it with the rate-limit backoff; every other code is a crash to the
+ * watchdog.
  */
 export const EXIT_CODES = {
   completed: 0,
@@ -26,6 +27,12 @@ export const EXIT_CODES = {
   fenced: 4,
   /** The approval was rejected or timed out. */
   approvalDenied: 5,
+  /**
+   * The agent gave up its attempt on a rate limit: its newest tool call failed with HTTP 429, or
+   * it threw a ToolError with that status. The watchdog requeues the run with the rate-limit
+   * backoff (or the call's Retry-After) without spending a restart (rule 4).
+   */
+  rateLimited: SANDBOX_EXIT_CODES.rateLimited,
 } as const;
 
 /** What a tool throws to report a failure the watchdog should understand. */
@@ -71,6 +78,31 @@ export class ApprovalDeniedError extends Error {
     super(state === "Rejected" ? `approval rejected${reason ? `: ${reason}` : ""}` : "approval timed out");
     this.name = "ApprovalDeniedError";
     this.state = state;
+  }
+}
+
+/**
+ * A checkpoint too large for the run's status (operator/api/limits.ts), refused at the call:
+ * nothing was written, the last committed checkpoint stands, and heartbeats go on.
+ */
+export class CheckpointTooLargeError extends Error {
+  readonly step: number;
+  /** What is over its limit: the checkpoint itself, or the sandbox's whole part of status. */
+  readonly what: "checkpoint" | "sandbox status";
+  /** UTF-8 bytes of it as JSON. */
+  readonly bytes: number;
+  readonly limit: number;
+  constructor(step: number, what: "checkpoint" | "sandbox status", bytes: number, limit: number) {
+    super(
+      what === "checkpoint"
+        ? `the checkpoint of step ${step} is ${bytes} bytes as JSON, over the limit of ${limit} bytes; nothing was written`
+        : `the checkpoint of step ${step} would make the sandbox's part of status (heartbeat, tool calls and checkpoint) ${bytes} bytes as JSON, over the limit of ${limit} bytes; nothing was written`,
+    );
+    this.name = "CheckpointTooLargeError";
+    this.step = step;
+    this.what = what;
+    this.bytes = bytes;
+    this.limit = limit;
   }
 }
 
@@ -188,11 +220,29 @@ export function describeFailure(err: unknown, now: number, toolName = "the tool"
   return failure;
 }
 
+/** How many causes deep a rate limit is looked for: enough for wrappers, and no cycle spins. */
+const MAX_CAUSES = 8;
+
+/**
+ * Whether `err` is, or wraps (its `cause`, and theirs), a ToolError with HTTP 429. Recognised by
+ * shape, as zod errors are, so that a ToolError of another copy of this SDK counts alike.
+ */
+export function isRateLimitError(err: unknown): boolean {
+  let e: unknown = err;
+  for (let depth = 0; depth < MAX_CAUSES && typeof e === "object" && e !== null; depth++) {
+    const { name, httpStatus, cause } = e as { name?: unknown; httpStatus?: unknown; cause?: unknown };
+    if (name === "ToolError" && httpStatus === 429) return true;
+    e = cause;
+  }
+  return false;
+}
+
 /** The exit code for an error that ended the agent's work. */
 export function exitCodeFor(err: unknown): number {
   if (err instanceof UnconfirmedSideEffectError) return EXIT_CODES.unconfirmedSideEffect;
   if (err instanceof FencedError) return EXIT_CODES.fenced;
   if (err instanceof ApprovalDeniedError) return EXIT_CODES.approvalDenied;
   if (err instanceof SandboxConfigError) return EXIT_CODES.config;
+  if (isRateLimitError(err)) return EXIT_CODES.rateLimited;
   return EXIT_CODES.failed;
 }

@@ -1,5 +1,6 @@
-// The heartbeat loop. A heartbeat-only write goes out at most once per heartbeatTimeout/4;
-// anything that matters to the watchdog (a state change, a tool record, activity, a checkpoint)
+// The heartbeat loop. A heartbeat-only write goes out at most once per heartbeatTimeout/4, and at
+// least once per 75 s while the agent makes progress (protocol.ts: heartbeatIntervalMs); anything
+// that matters to the watchdog (a state change, a tool record, activity, a checkpoint)
 // goes out at once through the status writer and moves the heartbeat with it. A heartbeat must
 // mean "the agent is making progress", so:
 //  - the loop is a timer on the agent's own event loop: if the process dies or a synchronous
@@ -10,10 +11,13 @@
 //    on the SDK itself (for an approval or a nudge) is not being wedged;
 //  - it stops when the agent's work settles (runAgent then exits) or when this sandbox is
 //    fenced; the timer is deliberately kept referenced, so a pending agent can never let the
-//    process drain its event loop and exit 0, which would read as "Completed".
+//    process drain its event loop and exit 0, which would read as "Completed";
+//  - it follows the run's effective heartbeatTimeout as the operator publishes it: a new value
+//    reschedules the next heartbeat from the new interval at once.
 import type { SandboxLogger } from "./log.ts";
 import { effectiveHeartbeatTimeoutMs, heartbeatDecision, heartbeatIntervalMs, type RunLike } from "./protocol.ts";
 import type { StatusWriter } from "./status-writer.ts";
+import { timerDelayMs } from "./timers.ts";
 
 export interface HeartbeatOptions {
   writer: Pick<StatusWriter, "beat" | "lastWriteAt">;
@@ -57,7 +61,8 @@ export class HeartbeatLoop {
     this.timeout = timeout;
     this.interval = heartbeatIntervalMs(timeout);
     if (!first) {
-      this.o.log.info({ heartbeatTimeoutMs: timeout }, "heartbeat timeout changed");
+      this.o.log.info({ heartbeatTimeoutMs: timeout, heartbeatIntervalMs: this.interval }, "heartbeat timeout changed");
+      // Not after the old interval, which may be long: the next heartbeat is due by the new one.
       if (this.timer) this.schedule(this.o.writer.lastWriteAt + this.interval);
     }
   }
@@ -95,7 +100,7 @@ export class HeartbeatLoop {
   private schedule(at: number): void {
     if (this.stopped) return;
     if (this.timer) clearTimeout(this.timer);
-    this.timer = setTimeout(() => this.tick(), Math.max(0, at - this.o.clock()));
+    this.timer = setTimeout(() => this.tick(), timerDelayMs(at - this.o.clock()));
   }
 
   private tick(): void {

@@ -17,6 +17,7 @@ export type { ArgsSchema, ToolContext, ToolOptions, ToolOutcome } from "./tool-r
 export type { TranscriptEntry } from "./transcript.ts";
 export {
   ApprovalDeniedError,
+  CheckpointTooLargeError,
   EXIT_CODES,
   FencedError,
   SandboxConfigError,

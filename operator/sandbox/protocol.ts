@@ -1,11 +1,13 @@
 // The sandbox side of the AgentRun protocol as pure functions: when to heartbeat, what a replayed
-// tool call does, which nudge is new, when this sandbox must fence itself, how an approval
-// request is recognised across attempts. The modules around them only do I/O.
+// tool call does, whether a checkpoint fits, which nudge is new, when this sandbox must fence
+// itself, how an approval request is recognised across attempts, whether a give-up was a rate
+// limit. The modules around them only do I/O.
 import type { ApprovalStatus, Checkpoint, StallStatus, ToolCall } from "../api/agentrun.ts";
-import { SANDBOX_ENV } from "../api/annotations.ts";
+import { APPROVAL_REQUEST_KEY, SANDBOX_ENV } from "../api/annotations.ts";
 import { BUILTIN_DEFAULTS } from "../api/defaults.ts";
 import { parseDuration } from "../api/duration.ts";
-import { SandboxConfigError } from "./errors.ts";
+import { MAX_CHECKPOINT_BYTES, MAX_SANDBOX_STATUS_BYTES, jsonBytes } from "../api/limits.ts";
+import { CheckpointTooLargeError, SandboxConfigError } from "./errors.ts";
 
 // ---------------------------------------------------------------------------------------------
 // configuration
@@ -35,13 +37,22 @@ export function identityFromEnv(env: Record<string, string | undefined>): Sandbo
 // ---------------------------------------------------------------------------------------------
 // heartbeats
 
-/** Heartbeat-only writes are spaced at least a quarter of the timeout apart. */
+/** Heartbeat-only writes are spaced a quarter of the timeout apart (up to the ceiling below). */
 export const HEARTBEATS_PER_TIMEOUT = 4;
 /** Floor of the heartbeat interval, so that a tiny timeout cannot turn into a write storm. */
 export const MIN_HEARTBEAT_INTERVAL_MS = 100;
+/**
+ * Ceiling of the heartbeat interval: the built-in timeout's quarter (75 s), so no run heartbeats
+ * less often than one with the default timeout. A longer timeout makes the watchdog more patient,
+ * not the sandbox quieter: the heartbeat's age stays a live sign for people (kubectl's Heartbeat
+ * column), and a huge timeout ("100000h") never becomes a wait that a timer cannot hold.
+ */
+export const MAX_HEARTBEAT_INTERVAL_MS = Math.floor(parseDuration(BUILTIN_DEFAULTS.heartbeatTimeout) / HEARTBEATS_PER_TIMEOUT);
 
 export function heartbeatIntervalMs(timeoutMs: number): number {
-  return Math.max(MIN_HEARTBEAT_INTERVAL_MS, Math.floor(timeoutMs / HEARTBEATS_PER_TIMEOUT));
+  const quarter = Math.floor(timeoutMs / HEARTBEATS_PER_TIMEOUT);
+  if (!(quarter < MAX_HEARTBEAT_INTERVAL_MS)) return MAX_HEARTBEAT_INTERVAL_MS; // NaN and Infinity too
+  return Math.max(MIN_HEARTBEAT_INTERVAL_MS, quarter);
 }
 
 /** The parts of a run the heartbeat timeout is read from. */
@@ -205,6 +216,43 @@ export function decodeResult(text: string | undefined): unknown {
   }
 }
 
+/**
+ * Whether the agent's newest tool call of this attempt failed with HTTP 429. An agent that gives
+ * up its attempt right after one gave up because of the rate limit (rule 4): its exit says so.
+ */
+export function newestCallRateLimited(calls: readonly ToolCall[], attempt: number): boolean {
+  for (let i = calls.length - 1; i >= 0; i--) {
+    const call = calls[i] as ToolCall;
+    if (call.attempt === attempt) return call.state === "Failed" && call.error?.httpStatus === 429;
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// checkpoints
+
+/** The sandbox's part of status as a write leaves it: what MAX_SANDBOX_STATUS_BYTES bounds. */
+export interface SandboxStatusPart {
+  heartbeat: unknown;
+  toolCalls?: readonly ToolCall[];
+  checkpoint: Checkpoint;
+}
+
+/**
+ * Why a checkpoint cannot be written, or undefined when it fits: status.checkpoint as JSON (with
+ * whatever the SDK wraps around it) at most MAX_CHECKPOINT_BYTES, and the sandbox's whole part of
+ * status at most MAX_SANDBOX_STATUS_BYTES. Throws what JSON.stringify throws (a BigInt, a cycle):
+ * such data cannot be written either.
+ */
+export function checkpointRefusal(part: SandboxStatusPart): CheckpointTooLargeError | undefined {
+  const { step } = part.checkpoint;
+  const bytes = jsonBytes(part.checkpoint);
+  if (bytes > MAX_CHECKPOINT_BYTES) return new CheckpointTooLargeError(step, "checkpoint", bytes, MAX_CHECKPOINT_BYTES);
+  const total = jsonBytes(part);
+  if (total > MAX_SANDBOX_STATUS_BYTES) return new CheckpointTooLargeError(step, "sandbox status", total, MAX_SANDBOX_STATUS_BYTES);
+  return undefined;
+}
+
 // ---------------------------------------------------------------------------------------------
 // nudges
 
@@ -256,34 +304,48 @@ export function fenceReason(status: { attempt?: number; phase?: string } | undef
  * While the agent awaits a reply, its checkpoint carries the request under this key, beside the
  * agent's own data. A new attempt that finds it knows the agent was waiting and for what.
  */
-export const APPROVAL_REQUEST_KEY = "watchdog.dev/approval-request";
+export { APPROVAL_REQUEST_KEY };
+/** Random bytes in a request's key (hex: 32 characters; the protocol allows 64). */
+export const APPROVAL_KEY_BYTES = 16;
+export const MAX_APPROVAL_KEY_CHARS = 64;
 
 export interface ApprovalRequest {
   question: string;
   askedAt: string;
   /**
-   * The decided approval that stood in status when the question was asked: an earlier question's
-   * answer, which must not be mistaken for this one's.
+   * New and random for every question. The operator copies it into status.approval.requestKey
+   * when it opens the request: that is how the sandbox knows the request, and its answer, as its
+   * own. Requests of older SDKs have none, and are never matched.
    */
-  supersedes?: string;
+  key?: string;
 }
 
-/** Identifies one decided approval. */
-export function approvalFingerprint(approval: ApprovalStatus | undefined): string | undefined {
-  if (!approval || approval.state === "Pending") return undefined;
-  return `${approval.requestedAt}|${approval.decidedAt ?? ""}|${approval.state}`;
+/**
+ * The request a sandbox waits on: its key, and the id of the request the operator opened for it,
+ * once seen. Only a decision of that id counts.
+ */
+export interface RequestRef {
+  key: string | undefined;
+  id?: string;
 }
 
 export function wrapApprovalCheckpoint(step: number, data: unknown, request: ApprovalRequest): Checkpoint {
   return { step, data: { [APPROVAL_REQUEST_KEY]: request, data } };
 }
 
-/** Splits a checkpoint into the agent's own data and a pending approval request, if any. */
+const isKey = (value: unknown): value is string => typeof value === "string" && value !== "" && value.length <= MAX_APPROVAL_KEY_CHARS;
+
+/**
+ * Splits a checkpoint into the agent's own data and a pending approval request, if any. Status is
+ * anyone's to write: the request is read field by field, and a key that is not one is left out.
+ */
 export function unwrapCheckpoint(checkpoint: Checkpoint | undefined): { checkpoint?: Checkpoint; request?: ApprovalRequest } {
   if (!checkpoint) return {};
   const data = checkpoint.data as Record<string, unknown> | undefined;
-  const request = data && typeof data === "object" && !Array.isArray(data) ? (data[APPROVAL_REQUEST_KEY] as ApprovalRequest | undefined) : undefined;
-  if (!request || typeof request.question !== "string") return { checkpoint };
+  const found = data && typeof data === "object" && !Array.isArray(data) ? (data[APPROVAL_REQUEST_KEY] as Partial<Record<keyof ApprovalRequest, unknown>> | undefined) : undefined;
+  if (!found || typeof found !== "object" || typeof found.question !== "string") return { checkpoint };
+  const request: ApprovalRequest = { question: found.question, askedAt: typeof found.askedAt === "string" ? found.askedAt : "" };
+  if (isKey(found.key)) request.key = found.key;
   const inner: Checkpoint = { step: checkpoint.step };
   if (data?.data !== undefined) inner.data = data.data;
   return { checkpoint: inner, request };
@@ -293,13 +355,40 @@ export type ApprovalOutcome =
   | { state: "Pending" }
   | { state: "Approved"; answer: string }
   | { state: "Rejected"; reason?: string }
-  | { state: "TimedOut" };
+  | { state: "TimedOut" }
+  /** The run left the wait before an answer came: this request is never answered. */
+  | { state: "Withdrawn" };
 
-/** The answer to a request, if the approval in status is a decision made after it was asked. */
-export function approvalOutcome(approval: ApprovalStatus | undefined, request: Pick<ApprovalRequest, "supersedes">): ApprovalOutcome {
-  if (!approval || approval.state === "Pending") return { state: "Pending" };
-  if (approvalFingerprint(approval) === request.supersedes) return { state: "Pending" };
-  if (approval.state === "Approved") return { state: "Approved", answer: approval.answer ?? "" };
-  if (approval.state === "Rejected") return approval.reason === undefined ? { state: "Rejected" } : { state: "Rejected", reason: approval.reason };
-  return { state: "TimedOut" };
+/** Whether status.approval is the request the sandbox asked with this key. */
+const isOwn = (approval: ApprovalStatus | undefined, request: RequestRef): approval is ApprovalStatus =>
+  approval !== undefined && request.key !== undefined && approval.requestKey === request.key;
+
+/**
+ * The id of the request the operator opened for this key, when status.approval shows it open:
+ * the sandbox holds on to it, so that no other request's decision is taken for this one's.
+ */
+export function openedRequestId(approval: ApprovalStatus | undefined, request: RequestRef): string | undefined {
+  return isOwn(approval, request) && approval.state === "Pending" && typeof approval.id === "string" ? approval.id : undefined;
+}
+
+/**
+ * Where the request stands, by status.approval: its decision if the approval carries its key (and
+ * the id it was opened with, once known), else Pending, for a request not yet opened or one whose
+ * decision has not come. A state this SDK does not know is no decision.
+ */
+export function approvalOutcome(approval: ApprovalStatus | undefined, request: RequestRef): ApprovalOutcome {
+  if (!isOwn(approval, request)) return { state: "Pending" };
+  if (request.id !== undefined && approval.id !== request.id) return { state: "Pending" };
+  switch (approval.state) {
+    case "Approved":
+      return { state: "Approved", answer: typeof approval.answer === "string" ? approval.answer : "" };
+    case "Rejected":
+      return typeof approval.reason === "string" ? { state: "Rejected", reason: approval.reason } : { state: "Rejected" };
+    case "TimedOut":
+      return { state: "TimedOut" };
+    case "Withdrawn":
+      return { state: "Withdrawn" };
+    default:
+      return { state: "Pending" };
+  }
 }

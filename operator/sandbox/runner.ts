@@ -1,7 +1,9 @@
 // Runs an agent's main function under the protocol and turns its end into the pod's exit code,
 // which is the final word on the run: 0 completes it, anything else is a crash the watchdog
-// handles. The agent's work promise is what keeps heartbeats going; when it settles, they stop.
+// handles, but for the codes that say why (errors.ts). The agent's work promise is what keeps
+// heartbeats going; when it settles, they stop.
 import { EXIT_CODES, exitCodeFor } from "./errors.ts";
+import { newestCallRateLimited } from "./protocol.ts";
 import { Sandbox, type SandboxOptions } from "./sandbox.ts";
 
 export interface RunAgentOptions extends SandboxOptions {
@@ -11,8 +13,9 @@ export interface RunAgentOptions extends SandboxOptions {
 
 /**
  * Starts a sandbox, runs `main` with it, and exits: 0 when `main` resolves, non-zero when it
- * throws (3 for an unconfirmed side effect, 4 when fenced, 5 when an approval was denied, 1
- * otherwise). Returns the exit code when `exit` does not end the process.
+ * throws (3 for an unconfirmed side effect, 4 when fenced, 5 when an approval was denied, 6 when
+ * it gave up on a rate limit, 1 otherwise). Returns the exit code when `exit` does not end the
+ * process.
  */
 export async function runAgent(main: (sandbox: Sandbox) => Promise<void> | void, options: RunAgentOptions = {}): Promise<number> {
   const exit = options.exit ?? ((code: number) => process.exit(code));
@@ -46,6 +49,9 @@ export async function runAgent(main: (sandbox: Sandbox) => Promise<void> | void,
     // Agent code that stops on the abort signal throws its own errors; fencing is still the cause.
     let code = exitCodeFor(err);
     if (code === EXIT_CODES.failed && sandbox.fenced) code = EXIT_CODES.fenced;
+    // Giving up right after a rate-limited call is giving up on the rate limit, whatever the
+    // agent threw: the watchdog then waits out the rate-limit backoff instead of a restart's.
+    else if (code === EXIT_CODES.failed && newestCallRateLimited(sandbox.calls, sandbox.attempt)) code = EXIT_CODES.rateLimited;
     await sandbox.fail(err, code);
     return code;
   } finally {

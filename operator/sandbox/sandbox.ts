@@ -8,6 +8,7 @@
 //   approvals.ts      asking a person and waiting for the answer, across attempts
 //   nudges.ts         stall nudges from the operator, each delivered once
 //   run-watch.ts      the watch of the run that brings answers, nudges and fencing
+//   timers.ts         delays Node's timers can hold, whatever a run or a server asks for
 //
 // Fencing. The SDK watches its own run. When status.attempt moves past this sandbox's attempt
 // (the watchdog has replaced it) or the operator stops the run, the SDK aborts the agent (signal
@@ -171,6 +172,7 @@ export class Sandbox {
       clock,
       log,
       startedAt: this.startedAt,
+      toolCalls: status.toolCalls ?? [],
       onGone: () => this.fence("the run was deleted"),
     });
     const { heartbeatTimeoutMs, progressTimeoutMs } = options;
@@ -332,14 +334,23 @@ export class Sandbox {
   // -------------------------------------------------------------------------------------------
   // checkpoints, tools, approvals
 
-  /** Commits a checkpoint; resolves once the API server has it. Later tool calls key on step+1. */
-  async saveCheckpoint(step: number, data?: unknown): Promise<void> {
+  /**
+   * Commits a checkpoint; resolves once the API server has it. Later tool calls key on step+1.
+   * A checkpoint too large for the run's status (256 KiB as JSON, or 512 KiB for the sandbox's
+   * whole part of status with the tool records) throws CheckpointTooLargeError here, at the
+   * call, and nothing is written. One the API server refuses rejects with its ApiError; either
+   * way the last committed checkpoint, and its step, stand.
+   */
+  saveCheckpoint(step: number, data?: unknown): Promise<void> {
     this.assertOpen();
     const checkpoint: Checkpoint = { step };
     if (data !== undefined) checkpoint.data = data;
     this.progress();
-    this.checkpoints.hold(checkpoint);
-    await this.writer.write();
+    const restore = this.checkpoints.hold(checkpoint);
+    return this.writer.write().catch((err: unknown) => {
+      restore();
+      throw err;
+    });
   }
 
   /**
@@ -358,8 +369,8 @@ export class Sandbox {
    * Asks a person and waits for the answer (see approvals.ts): saves a checkpoint with the
    * question, reports AwaitingReply, and resolves with the answer once status.approval is
    * Approved. If the operator releases this pod meanwhile, this sandbox is fenced (FencedError)
-   * and the next attempt gets the answer from this same call without asking again. Rejected or
-   * timed out: ApprovalDeniedError (the operator fails the run).
+   * and the next attempt gets the answer from this same call, asking the same question, without
+   * asking again. Rejected or timed out: ApprovalDeniedError (the operator fails the run).
    */
   async awaitApproval(question: string, checkpoint?: { step: number; data?: unknown }): Promise<string> {
     this.assertOpen();

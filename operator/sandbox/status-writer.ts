@@ -4,14 +4,27 @@
 // patch replaces arrays whole: toolCalls is always the full list the sandbox holds). Every write
 // carries the heartbeat with this sandbox's attempt, so every write is a sign of life and
 // admission can fence stale attempts by looking at one field.
+//
+// A write that fails for a reason that passes (the network, a 5xx, a 429 with its Retry-After) is
+// tried again until it lands, with whatever changed meanwhile. One the server refuses for what it
+// carries (422 Invalid, 400, 413, etcd's "request is too large") is never tried again: whoever
+// waited on it (the call that saved a checkpoint or recorded a tool call) learns why, the refused
+// content is dropped, and the heartbeats after it go out as usual.
 import type { Activity, Checkpoint, SandboxState, ToolCall } from "../api/agentrun.ts";
 import { NOT_CURRENT_SANDBOX, SANDBOX_FIELD_MANAGER } from "../api/annotations.ts";
-import { RETRY, apiErrorCode, isNotFound, isTransient, type SandboxApi } from "./api-client.ts";
+import { RETRY, apiErrorCode, isNotFound, isTransient, retryAfterMs, type SandboxApi } from "./api-client.ts";
 import { FencedError } from "./errors.ts";
 import type { SandboxLogger } from "./log.ts";
+import type { SandboxStatusPart } from "./protocol.ts";
+import { timerDelayMs } from "./timers.ts";
 
 /** How long after start a refusal for not being the run's current pod is taken as "not yet". */
 const FENCING_GRACE_MS = 30_000;
+/**
+ * The longest Retry-After honoured: the writer looks again at least this often, since every
+ * retry also carries the heartbeat.
+ */
+const MAX_RETRY_AFTER_MS = 60_000;
 const noop = () => {};
 
 export interface StatusWriterOptions {
@@ -22,6 +35,8 @@ export interface StatusWriterOptions {
   clock: () => number;
   log: SandboxLogger;
   startedAt: number;
+  /** The tool records status holds at start: what the sandbox's part of status already carries. */
+  toolCalls?: ToolCall[];
   /** The run is gone (a write found no object): the sandbox must stop. */
   onGone: () => void;
 }
@@ -59,6 +74,7 @@ export class StatusWriter {
 
   constructor(options: StatusWriterOptions) {
     this.o = options;
+    this.toolCalls = options.toolCalls ?? [];
   }
 
   /** When the last write of any kind was acknowledged: every write carries a heartbeat. */
@@ -75,6 +91,13 @@ export class StatusWriter {
   setCheckpoint(checkpoint: Checkpoint): void {
     this.checkpoint = checkpoint;
     this.dirtyCheckpoint = true;
+  }
+
+  /** The sandbox's part of status as a write of everything held now, with `checkpoint`, leaves it. */
+  statusWith(checkpoint: Checkpoint): SandboxStatusPart {
+    const part: SandboxStatusPart = { heartbeat: this.heartbeat(this.state, this.activity), checkpoint };
+    if (this.toolCalls.length) part.toolCalls = this.toolCalls;
+    return part;
   }
 
   setActivity(activity: Activity): void {
@@ -108,7 +131,7 @@ export class StatusWriter {
     if (!this.hasPending() && !this.inFlight) return;
     const pending = this.write().catch(noop);
     let timer: ReturnType<typeof setTimeout> | undefined;
-    const deadline = new Promise<void>((resolve) => (timer = setTimeout(resolve, deadlineMs)));
+    const deadline = new Promise<void>((resolve) => (timer = setTimeout(resolve, timerDelayMs(deadlineMs))));
     await Promise.race([pending, deadline]);
     if (timer) clearTimeout(timer);
   }
@@ -144,9 +167,7 @@ export class StatusWriter {
       }
       const sent = { toolCalls: this.dirtyToolCalls, checkpoint: this.dirtyCheckpoint, activity: this.activity, state: this.state };
       const heartbeatOnly = !sent.toolCalls && !sent.checkpoint && sent.activity === undefined && sent.state === this.sentState;
-      const heartbeat: Record<string, unknown> = { time: new Date(this.o.clock()).toISOString(), attempt: this.o.attempt, state: sent.state };
-      if (sent.activity !== undefined) heartbeat.activity = sent.activity;
-      const status: Record<string, unknown> = { heartbeat };
+      const status: Record<string, unknown> = { heartbeat: this.heartbeat(sent.state, sent.activity) };
       if (sent.toolCalls) status.toolCalls = this.toolCalls;
       if (sent.checkpoint) status.checkpoint = this.checkpoint ?? null;
       this.dirtyToolCalls = false;
@@ -174,8 +195,9 @@ export class StatusWriter {
         }
         if (!this.retryable(err)) {
           // The server refused this content; sending it again would fail the same way. Whoever
-          // waited for it learns why; changes made since go out with the next write.
-          this.o.log.error({ err: String(err) }, "status write rejected");
+          // waited for it learns why; what it carried is dropped (it was taken out above), and
+          // changes made since go out with the next write, as do the heartbeats.
+          this.o.log.error({ err: String(err), carried: { toolCalls: sent.toolCalls, checkpoint: sent.checkpoint } }, "status write refused; not retried");
           this.sentState = sent.state;
           this.rejectWaiters(err, upTo);
           continue;
@@ -184,15 +206,23 @@ export class StatusWriter {
         this.dirtyToolCalls ||= sent.toolCalls;
         this.dirtyCheckpoint ||= sent.checkpoint;
         if (this.activity === undefined) this.activity = sent.activity;
-        this.o.log.warn({ err: String(err), retryInMs: this.retryMs }, "status write failed; retrying");
+        // A server that says when to come back is not asked sooner.
+        const delay = Math.max(this.retryMs, Math.min(MAX_RETRY_AFTER_MS, retryAfterMs(err) ?? 0));
+        this.o.log.warn({ err: String(err), retryInMs: delay }, "status write failed; retrying");
         this.retryTimer = setTimeout(() => {
           this.retryTimer = undefined;
           void this.flush();
-        }, this.retryMs);
+        }, timerDelayMs(delay));
         this.retryMs = Math.min(RETRY.maxMs, this.retryMs * 2);
         return;
       }
     }
+  }
+
+  private heartbeat(state: SandboxState, activity: Activity | null | undefined): Record<string, unknown> {
+    const heartbeat: Record<string, unknown> = { time: new Date(this.o.clock()).toISOString(), attempt: this.o.attempt, state };
+    if (activity !== undefined) heartbeat.activity = activity;
+    return heartbeat;
   }
 
   /**

@@ -159,6 +159,10 @@ export class ToolRunner {
       await o.writer.write();
     } catch (err) {
       this.runningTools--;
+      // The tool never ran: a Started record left in the list would go out with the next write
+      // and tell the watchdog and the next attempt of a call whose outcome is unknown.
+      this.calls = this.calls.filter((c) => c.id !== call.id);
+      o.writer.setToolCalls(this.calls);
       o.stateChanged();
       throw err;
     }

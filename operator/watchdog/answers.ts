@@ -1,15 +1,18 @@
 // Answers bound to questions (rule 11). Every approval request gets a new status.approval.id; an
 // approve or reject annotation counts only together with watchdog.dev/approval-id naming the
-// request that is pending. Any other answer (none pending, another request's id, no id) is
-// refused with a Warning Event and removed, so that it can never answer a later question: not one
+// request that is pending. Any other answer (none pending, another request's id, no id, a request
+// that has ended: answered, timed out, or withdrawn when the run left the wait) is refused with a
+// Warning Event and removed, so that it can never answer a later question: not one
 // given too early, not one left behind by an operator that died before removing it, not one a
 // GitOps tool re-applies.
 import type { AgentRun, ApprovalStatus } from "../api/agentrun.ts";
 import { ANNOTATIONS, ANSWER_ANNOTATIONS } from "../api/annotations.ts";
+import { cutToCodePoints } from "../api/limits.ts";
 import { event, type Outcome } from "./outcome.ts";
 import { REASONS } from "./reasons.ts";
 
-export type Answer = { kind: "approve"; answer: string } | { kind: "reject"; reason: string };
+/** An answer, with the id of the request it names: it answers that request and no other. */
+export type Answer = ({ kind: "approve"; answer: string } | { kind: "reject"; reason: string }) & { requestId: string };
 
 export interface Answers {
   /** An answer to the pending request, for the policy that handles it. */
@@ -27,15 +30,20 @@ export function readAnswers(run: AgentRun, approval: ApprovalStatus | undefined)
   const named = annotations[ANNOTATIONS.approvalId];
   const pending = approval?.state === "Pending" ? approval.id : undefined;
   if (pending !== undefined && named === pending) {
-    return { answer: reject !== undefined ? { kind: "reject", reason: reject || "rejected" } : { kind: "approve", answer: approve || "approved" } };
+    return {
+      answer: reject !== undefined ? { kind: "reject", reason: reject || "rejected", requestId: pending } : { kind: "approve", answer: approve || "approved", requestId: pending },
+    };
   }
   const what = reject !== undefined ? ANNOTATIONS.reject : ANNOTATIONS.approve;
+  const ended = approval && approval.state !== "Pending" && named !== undefined && named === approval.id ? approval : undefined;
   const why =
-    pending === undefined
-      ? "no approval request is pending"
-      : named === undefined
+    ended !== undefined
+      ? `request ${ended.id ?? ""} has ended (${ended.state === "Withdrawn" ? "withdrawn: the run left the wait without an answer" : ended.state})`
+      : pending === undefined
+        ? "no approval request is pending"
+        : named === undefined
         ? `it does not name the pending request (set ${ANNOTATIONS.approvalId}=${pending})`
-        : `it names request ${JSON.stringify(named.slice(0, 64))}, but the pending request is ${pending}`;
+        : `it names request ${JSON.stringify(cutToCodePoints(named, 64))}, but the pending request is ${pending}`;
   return {
     refused: {
       summary: `refused ${what}: ${why}`,

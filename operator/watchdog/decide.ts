@@ -6,25 +6,27 @@
 //   1. read the run; resolve its settings; see its pods as rule 9 does (sandboxes.ts) and its
 //      heartbeat on the server's clock (liveness.ts);
 //   2. refuse answers that name no pending request (answers.ts);
-//   3. run the policy of the phase: lifecycle.ts (resume, suspend, clean-up), queued.ts,
-//      running.ts (with awaiting.ts and failure.ts); each returns an Outcome, applied in order;
-//   4. delete pods that are not the current attempt's; derive conditions and transitions; cut
+//   3. run the guard chain (GUARDS below): the first guard with an answer decides; a hand-over to
+//      Queued (a resume, an unsuspend, an approval) runs the chain once more, so that a later
+//      guard (spec.suspend) still wins over it;
+//   4. delete pods that are not the current attempt's; end a request the run no longer waits on;
+//      keep the finalizer while a sandbox may run; derive conditions and transitions; cut
 //      everything to the CRD's limits; diff against what is stored.
-import { ACTIVE_PHASES, TERMINAL_PHASES, type AgentRunStatus, type Phase } from "../api/agentrun.ts";
-import { ANNOTATIONS } from "../api/annotations.ts";
+import { ACTIVE_PHASES, type AgentRunStatus, type Phase } from "../api/agentrun.ts";
+import { ANNOTATIONS, FINALIZER } from "../api/annotations.ts";
 import { resolveWatchdog, toSettings, type InstallDefaults } from "../api/defaults.ts";
+import { cutToCodePoints, jsonBytes, MAX_SANDBOX_STATUS_BYTES } from "../api/limits.ts";
 import { readAnswers } from "./answers.ts";
 import { withinLimits } from "./bounds.ts";
 import { findCondition } from "./conditions.ts";
-import { believe, type LivenessMemory } from "./liveness.ts";
+import { agentStartOnServer, believe, type LivenessMemory } from "./liveness.ts";
 import { mergePatchDiff } from "./merge-patch.ts";
 import { HEARTBEAT_FIELD, hasWork, podView, readRun, serverWriteTime, type NodeView } from "./observe.ts";
 import { event, type Outcome, type OperatorStatus } from "./outcome.ts";
 import { OPERATOR_STATUS_FIELDS, type AnnotationPatch, type MetricSignal, type Plan, type PlannedEvent, type PodDeletion, type StatusPatch } from "./plan.ts";
-import { cleanUp, resumption, suspension } from "./policy/lifecycle.ts";
-import { queued, retryAfterOf } from "./policy/queued.ts";
-import { released } from "./policy/awaiting.ts";
-import { running } from "./policy/running.ts";
+import { GUARDS, HAND_OVERS } from "./guards.ts";
+import { newResumeToken } from "./policy/lifecycle.ts";
+import { retryAfterOf } from "./policy/queued.ts";
 import { REASONS } from "./reasons.ts";
 import { currentPod, isoSeconds, type RunView } from "./run-view.ts";
 import { DEFAULT_SANDBOX_IDENTITY, identityObjects, type SandboxIdentity } from "./sandbox-identity.ts";
@@ -36,9 +38,11 @@ import { withTransitions, type Step } from "./transitions.ts";
 export interface DecideInput {
   /** The AgentRun as read from the API server (raw JSON or a client-node object). */
   run: unknown;
-  /** The pods labelled with this run's name (only those its uid owns count). */
+  /** The pods labelled with the run's name (only those its uid owns, or its status tracks, count). */
   pods: readonly unknown[];
-  /** The time now, in ms since the epoch. */
+  /** Pods the run's status tracks by uid that no longer carry its label (looked up by name). */
+  detachedPods?: readonly unknown[];
+  /** The time now, in ms since the epoch, on the API server's clock (never ahead of it). */
   now: number;
   /** The install's watchdog defaults (operator configuration). */
   defaults?: InstallDefaults;
@@ -48,12 +52,19 @@ export interface DecideInput {
   deletedPods?: readonly unknown[];
   /** The nodes its pods are bound to, with their kubelets' last contact; undefined when unknown. */
   nodes?: ReadonlyMap<string, NodeView>;
-  /** When this operator saw the current heartbeat value appear, if it did (its own observation). */
+  /** When this operator saw the current heartbeat value appear, if it did (its own observation, on the server's clock). */
   heartbeatSeenAt?: number;
   /** When the API server accepted the heartbeat, if the caller read it already (a trimmed cache). */
   heartbeatAcceptedAt?: number;
   /** What the operator last believed about the current attempt's liveness (see LivenessMemory). */
   liveness?: LivenessMemory;
+  /** When this operator first saw each container running, by pod uid and container name (server's clock). */
+  containerStartsSeen?: ReadonlyMap<string, ReadonlyMap<string, number>>;
+  /**
+   * The API server refused this run's last status write for what it held (not a conflict, not an
+   * outage): the run stops for a person with a write small enough to be taken (rule 12).
+   */
+  refusedWrite?: { message: string; tooLarge: boolean };
 }
 
 function pickOperatorStatus(status: AgentRunStatus): OperatorStatus {
@@ -66,16 +77,23 @@ function pickOperatorStatus(status: AgentRunStatus): OperatorStatus {
 
 const quiet = (phase: Phase, summary: string): Plan => ({ deletePods: [], events: [], metrics: [], phase, summary });
 
+/** The sandbox's part of status, as the API server stores it. */
+const sandboxBytes = (status: Record<string, unknown> | undefined) => jsonBytes({ heartbeat: status?.heartbeat, toolCalls: status?.toolCalls, checkpoint: status?.checkpoint });
+
+/** What a write the API server refused may still hold: the record of the stop, and nothing it might have refused. */
+const REFUSAL_FIELDS: ReadonlySet<string> = new Set(["phase", "reason", "message", "attempt", "restarts", "podName", "podUID", "nodeName", "podGracePeriodSeconds", "terminating", "conditions"]);
+
 /** Decides what to do with one run. */
 export function decide(input: DecideInput): Plan {
   const read = readRun(input.run);
   if (!read.ok) return quiet("Queued", `cannot read run: ${read.error}`);
   const run = read.run;
   const status = run.status ?? {};
-  if (run.metadata.deletionTimestamp) return quiet(status.phase ?? "Queued", "run is being deleted");
+  const rawStatus = (input.run as { status?: Record<string, unknown> }).status;
   const effective = resolveWatchdog(run.spec.watchdog, input.defaults);
   const settings = toSettings(effective);
   const now = input.now;
+  const deleting = Boolean(run.metadata.deletionTimestamp);
 
   let next = pickOperatorStatus(status);
   const steps: Step[] = [];
@@ -115,10 +133,12 @@ export function decide(input: DecideInput): Plan {
         next = { ...next, terminating: [...(next.terminating ?? []), entryFor(d.pod, now, grace)] };
       }
     }
-    // Never two sandboxes: nothing starts in a decision that is still removing one.
+    // Never two sandboxes: nothing starts in a decision that is still removing one, nor for a run
+    // that is suspended or being deleted, whatever a policy asked for.
     if (outcome.createPod) {
-      if (deletions.length === 0) createPod = true;
-      else summaries.push("waiting for the pods this decision deletes to be gone");
+      if (deletions.length > 0) summaries.push("waiting for the pods this decision deletes to be gone");
+      else if (run.spec.suspend === true || deleting) summaries.push("no sandbox starts while the run is suspended or being deleted");
+      else createPod = true;
     }
     events.push(...(outcome.events ?? []));
     metrics.push(...(outcome.metrics ?? []));
@@ -129,20 +149,34 @@ export function decide(input: DecideInput): Plan {
 
   if (next.phase === undefined) apply({ summary: "", phase: { phase: "Queued", reason: REASONS.created, message: "waiting for its first sandbox" }, set: { attempt: 1, restarts: 0 } });
   next.observedGeneration = run.metadata.generation;
+  // A shorter timeout counts from when it changed (rule 2): the sandbox must have time to learn it.
+  if (status.watchdog && (status.watchdog.heartbeatTimeout !== effective.heartbeatTimeout || status.watchdog.startTimeout !== effective.startTimeout)) {
+    next.timeoutsChangedAt = isoSeconds(now);
+  }
   next.watchdog = effective;
 
-  // The run's pods as rule 9 sees them. A current pod that vanished is tracked like a deleted one.
-  const pods = input.pods.map((p) => podView(p, settings.agentContainer));
+  // The run's pods as rule 9 sees them: those it owns, and those its status tracks by uid whatever
+  // their labels and owners now say. A current pod that vanished is tracked like a deleted one.
+  const tracked = new Set([next.podUID, ...(next.terminating ?? []).map((e) => e.uid)].filter((u): u is string => Boolean(u)));
+  const labelled = new Set(input.pods.map((p) => (p as { metadata?: { uid?: unknown } }).metadata?.uid));
+  const detached = (input.detachedPods ?? []).filter((p) => !labelled.has((p as { metadata?: { uid?: unknown } }).metadata?.uid));
+  const pods = [...input.pods, ...detached].map((p) => {
+    const pod = podView(p, settings.agentContainer);
+    const seen = pod.uid && pod.agent.name !== undefined ? input.containerStartsSeen?.get(pod.uid)?.get(pod.agent.name) : undefined;
+    const startSeenAt = agentStartOnServer(p, pod, seen);
+    if (startSeenAt !== undefined) pod.agent.startSeenAt = startSeenAt;
+    return pod;
+  });
   const tombstones = new Map((input.deletedPods ?? []).map((p) => podView(p, settings.agentContainer)).filter((p) => p.uid).map((p) => [p.uid as string, p] as const));
   const terminating = [...(next.terminating ?? [])];
   const expectsPod = ACTIVE_PHASES.includes(next.phase as Phase) && next.podName !== undefined;
-  if (expectsPod && next.podUID && !pods.some((p) => p.uid === next.podUID && p.ownerUid === run.metadata.uid) && !terminating.some((e) => e.uid === next.podUID)) {
-    // Its final state, when the watch saw it go, says where it ran and with what grace.
+  if (expectsPod && next.podUID && !pods.some((p) => p.uid === next.podUID) && !terminating.some((e) => e.uid === next.podUID)) {
+    // Its final state, when the watch saw it go, says where it ran and with what grace; otherwise
+    // the grace it was created with (its kubelet, having seen no deletion, uses the pod's own).
     const tomb = tombstones.get(next.podUID);
-    // A kubelet that finds the pod gone kills it with the pod's own grace, whatever the deletion said.
-    terminating.push(tomb ? entryFor(tomb, now, Math.max(tomb.gracePeriodSeconds, tomb.podGracePeriodSeconds)) : vanishedEntry(next.podName as string, next.podUID, next.nodeName, now));
+    terminating.push(tomb ? entryFor(tomb, now) : vanishedEntry(next.podName as string, next.podUID, next.nodeName, now, next.podGracePeriodSeconds));
   }
-  view.sandboxes = sandboxes({ runUid: run.metadata.uid, pods, tombstones, nodes: input.nodes, terminating, now, settings });
+  view.sandboxes = sandboxes({ runUid: run.metadata.uid, tracked, pods, tombstones, nodes: input.nodes, terminating, now, settings });
   next.terminating = view.sandboxes.terminating.length ? view.sandboxes.terminating : undefined;
   wakes.push(...view.sandboxes.wakeAt);
 
@@ -154,26 +188,44 @@ export function decide(input: DecideInput): Plan {
   if (status.heartbeat && status.heartbeat.attempt > (next.attempt ?? 0)) {
     problems.push(`status.heartbeat.attempt ${status.heartbeat.attempt} is ahead of the run's attempt ${next.attempt ?? 0}`);
   }
+  // A status the sandbox filled past the protocol's bound would leave the operator no room to write.
+  const written = sandboxBytes(rawStatus);
+  if (written > MAX_SANDBOX_STATUS_BYTES) {
+    view.oversizeReport = `the sandbox's part of status (heartbeat, toolCalls, checkpoint) is ${written} bytes, over the sandbox protocol's limit of ${MAX_SANDBOX_STATUS_BYTES}`;
+    problems.push(view.oversizeReport);
+  }
+  if (input.refusedWrite) view.refusedWrite = input.refusedWrite.message;
   const answers = readAnswers(run, next.approval);
   if (answers.answer) view.answer = answers.answer;
   apply(answers.refused);
+  // A new resume token is recorded in any phase, so that it cannot fire later by surprise.
+  const token = newResumeToken(view, next);
+  if (token !== undefined && next.phase !== "NeedsHumanIntervention") next.observedResume = token;
 
-  if (TERMINAL_PHASES.includes(next.phase as Phase)) {
-    // Absorbing: nothing restarts a finished run. A live pod left behind is only cleaned up.
-    apply(cleanUp(view, `${next.phase}`));
-  } else {
-    apply(resumption(view, next));
-    if (then === undefined) {
-      if (next.phase === "NeedsHumanIntervention") apply(cleanUp(view, "waiting for a person"));
-      else apply(suspension(view, next) ?? byPhase(view, next));
+  // The guard chain: the first answer decides; a hand-over runs it once more.
+  for (let round = 0; round <= HAND_OVERS; round++) {
+    then = undefined;
+    for (const guard of GUARDS) {
+      const outcome = guard(view, next);
+      if (!outcome) continue;
+      apply(outcome);
+      break;
     }
-    if (then === "queued") apply(queued(view, next));
+    if (then !== "queued") break;
   }
 
   // Pods of the run that are not the current attempt's must not run beside it.
   const current = currentPod(view, next);
   const strays = view.sandboxes.owned.filter((p) => hasWork(p) && !p.deleting && p !== current);
   if (strays.length) apply({ summary: "", deletions: strays.map((pod) => ({ pod, kill: false })) });
+
+  // A request ends when the run leaves the wait: an answer naming it is refused from now on, and
+  // never approves whatever the agent asks next (rule 11).
+  if (next.approval?.state === "Pending" && next.phase !== "AwaitingReply") {
+    const id = next.approval.id ?? "";
+    next = { ...next, approval: { ...next.approval, state: "Withdrawn", decidedAt: isoSeconds(now) } };
+    events.push(event("Normal", REASONS.approvalWithdrawn, "WithdrawRequest", `request ${id} was withdrawn: the run left the wait (${next.phase}) without an answer`));
+  }
 
   next.transitions = withTransitions(next, status.phase, steps, now);
   const phase = next.phase as Phase;
@@ -186,6 +238,7 @@ export function decide(input: DecideInput): Plan {
     generation: run.metadata.generation,
     backingOff: phase === "Queued" && (retryAfterOf(view, next) ?? 0) > now,
     problems,
+    ...(view.oversizeReport ? { problemReason: REASONS.sandboxReportTooLarge } : {}),
     overdue,
   });
   if (overdue.length > 0 && !wasUnconfirmed) {
@@ -202,7 +255,8 @@ export function decide(input: DecideInput): Plan {
     summary: summaries.filter(Boolean).join("; ") || "no change",
   };
   const stored = json(pickOperatorStatus(status));
-  const statusPatch = mergePatchDiff(stored, json(next)) as StatusPatch | undefined;
+  let statusPatch = mergePatchDiff(stored, json(next)) as StatusPatch | undefined;
+  if (statusPatch && input.refusedWrite) statusPatch = refusalPatch(statusPatch, input.refusedWrite.tooLarge, rawStatus);
   // The node a pod is bound to goes with the next write that is made anyway (the first heartbeat's
   // phase, or a kill, which records it in the terminating entry): a write of its own would cost a
   // request per run. Until then a pod that vanishes unseen is checked against every node.
@@ -214,17 +268,48 @@ export function decide(input: DecideInput): Plan {
     const prerequisites = identityObjects(run, view.identity);
     if (prerequisites.length) plan.prerequisites = prerequisites;
   }
+  const finalizer = finalizerChange(view, run.metadata.finalizers ?? [], { deleting, phase, createPod, deletes: deletions.length > 0 });
+  if (finalizer) plan.finalizer = finalizer;
   // Suspended: no timer fires, but pods still being confirmed gone are looked at.
-  const wakeAt = phase === "Suspended" ? view.sandboxes.wakeAt : wakes;
+  const wakeAt = phase === "Suspended" || deleting ? view.sandboxes.wakeAt : wakes;
   if (wakeAt.length) plan.wakeAt = Math.min(...wakeAt);
   return plan;
 }
 
-function byPhase(view: RunView, next: OperatorStatus): Outcome {
-  if (next.phase === "Queued") return queued(view, next);
-  if (next.phase === "AwaitingReply" && next.podName === undefined) return released(view, next);
-  return running(view, next);
+/**
+ * The finalizer keeps a run that is deleted until no sandbox of it may run (rule 9): added before
+ * its first pod is created (or on a run found with a live pod and none), removed once the run is
+ * being deleted or has finished and every pod is confirmed gone.
+ */
+function finalizerChange(view: RunView, finalizers: readonly string[], d: { deleting: boolean; phase: Phase; createPod: boolean; deletes: boolean }): Plan["finalizer"] {
+  const has = finalizers.includes(FINALIZER);
+  const mayRun = view.sandboxes.busy || d.deletes || d.createPod;
+  if (d.deleting || d.phase === "Completed" || d.phase === "Failed") return has && !mayRun ? "remove" : undefined;
+  return !has && mayRun ? "add" : undefined;
 }
+
+/**
+ * The write that follows one the API server refused for what it held: only the record of the stop,
+ * every text short; and, when the object had no room left because the sandbox filled its status past
+ * the protocol's bound, without the sandbox's oversize checkpoint (the one sandbox field the
+ * operator ever clears; the message says so).
+ */
+function refusalPatch(patch: StatusPatch, tooLarge: boolean, rawStatus: Record<string, unknown> | undefined): StatusPatch {
+  const kept: Record<string, unknown> = {};
+  for (const [field, value] of Object.entries(patch)) if (REFUSAL_FIELDS.has(field)) kept[field] = shorten(value);
+  if (tooLarge && sandboxBytes(rawStatus) > MAX_SANDBOX_STATUS_BYTES) {
+    kept.checkpoint = null;
+    if (sandboxBytes({ ...rawStatus, checkpoint: undefined }) > MAX_SANDBOX_STATUS_BYTES) kept.toolCalls = null;
+  }
+  return kept as StatusPatch;
+}
+
+const shorten = (value: unknown): unknown => {
+  if (typeof value === "string") return cutToCodePoints(value, 512);
+  if (Array.isArray(value)) return value.map(shorten);
+  if (value && typeof value === "object") return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, shorten(v)]));
+  return value;
+};
 
 // Compared as JSON, so that key order and undefined members never cause a write.
 const json = (v: unknown) => JSON.parse(JSON.stringify(v)) as unknown;

@@ -114,3 +114,23 @@ export function lastSignOfLife(hb: CurrentHeartbeat | undefined, agentStartedAt:
   const times = [hb?.acceptedAt, agentStartedAt, erasedAt].filter((t): t is number => t !== undefined);
   return times.length ? Math.max(...times) : undefined;
 }
+
+/** Where the API server records the kubelet's (or any node agent's) writes of a pod's container states. */
+const CONTAINER_STATES_FIELD = ["f:status", "f:containerStatuses"];
+
+/**
+ * When the agent container's start was known on the API server's clock, for a pod whose agent has
+ * started (rule 2: the node's clock never decides a kill). Upper bounds of the moment the API server
+ * accepted the kubelet's report of it: the time of the newest write of the pod's container states
+ * (managedFields: whole seconds, rounded up; a later status write only moves it later), and this
+ * operator's own sight of the running container. The earlier of the two is taken. With neither
+ * (an API server that keeps no managedFields, seen by an operator that was not watching), the
+ * kubelet's own record is the only one, kept within the pod's life.
+ */
+export function agentStartOnServer(pod: unknown, view: { createdAt: number; agent: { startedAt?: number } }, seenAt: number | undefined): number | undefined {
+  if (view.agent.startedAt === undefined) return undefined;
+  const written = serverWriteTime(pod, CONTAINER_STATES_FIELD);
+  const bounds = [written !== undefined ? written + SERVER_TIME_RESOLUTION_MS : undefined, seenAt].filter((t): t is number => t !== undefined);
+  if (bounds.length) return Math.max(view.createdAt, Math.min(...bounds));
+  return Math.max(view.createdAt, view.agent.startedAt);
+}

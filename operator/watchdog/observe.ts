@@ -29,10 +29,17 @@ export interface PodView {
   podGracePeriodSeconds: number;
   /** How the pod ended, when it has. */
   exit?: ContainerEnd;
-  /** The agent container (watchdog.agentContainer, else the first): when it started and how it ended. */
-  agent: { name?: string; startedAt?: number; ended?: ContainerEnd };
+  /**
+   * The agent container (watchdog.agentContainer, else the first): when it started and how it
+   * ended. `startedAt` is the node's own clock (the kubelet's record), shown to people but never
+   * used for a deadline; `startSeenAt` is when its start was known on the API server's clock (see
+   * agentStartOnServer), filled in by the core.
+   */
+  agent: { name?: string; startedAt?: number; startSeenAt?: number; ended?: ContainerEnd };
   /** Every container has terminated: the kubelet is about to report the pod's final phase. */
   stopped: boolean;
+  /** How many container states the pod reports (none before the kubelet has looked at it). */
+  containerStates: number;
 }
 
 export function toMillis(value: unknown): number | undefined {
@@ -118,6 +125,7 @@ export function podView(pod: unknown, agentContainer?: string): PodView {
     podGracePeriodSeconds: podGrace,
     agent: agentState(p, agentContainer),
     stopped: statuses.length > 0 && statuses.every((cs) => (cs.state as Json | undefined)?.terminated !== undefined),
+    containerStates: statuses.length,
   };
   if (typeof meta.uid === "string") view.uid = meta.uid;
   const owner = ((meta.ownerReferences as Json[] | undefined) ?? []).find((o) => o.controller === true);
@@ -132,9 +140,15 @@ export function podView(pod: unknown, agentContainer?: string): PodView {
   return view;
 }
 
-/** A pod whose containers may still run: anything that has not reached a final phase. */
+/**
+ * A pod whose containers may still run: anything that has not reached a final phase with every
+ * container stopped. The kubelet reports a final phase only once its containers have stopped; the
+ * pod garbage collector marks a pod Failed before it force-deletes it from a node it takes for
+ * gone, with its containers still shown running, and that proves nothing.
+ */
 export function isLive(pod: PodView): boolean {
-  return pod.phase !== "Succeeded" && pod.phase !== "Failed";
+  if (pod.phase !== "Succeeded" && pod.phase !== "Failed") return true;
+  return pod.containerStates > 0 && !pod.stopped;
 }
 
 /**

@@ -14,6 +14,7 @@ export const OPERATOR_STATUS_FIELDS = [
   "podName",
   "podUID",
   "nodeName",
+  "podGracePeriodSeconds",
   "terminating",
   "retryAfter",
   "startTime",
@@ -27,14 +28,19 @@ export const OPERATOR_STATUS_FIELDS = [
   "approval",
   "transitions",
   "watchdog",
+  "timeoutsChangedAt",
 ] as const;
 export type OperatorStatusField = (typeof OPERATOR_STATUS_FIELDS)[number];
 
 /**
- * A JSON merge patch of operator-owned status fields: nested objects merge, null removes.
- * It never names a sandbox-owned field.
+ * A JSON merge patch of operator-owned status fields: nested objects merge, null removes. It names
+ * a sandbox-owned field only to clear it, and only when the sandbox filled its status past the
+ * protocol's bound and left the object no room for the operator's write (rule 12).
  */
-export type StatusPatch = { [K in OperatorStatusField]?: Partial<NonNullable<AgentRunStatus[K]>> | AgentRunStatus[K] | null };
+export type StatusPatch = { [K in OperatorStatusField]?: Partial<NonNullable<AgentRunStatus[K]>> | AgentRunStatus[K] | null } & {
+  checkpoint?: null;
+  toolCalls?: null;
+};
 
 /** A JSON merge patch of operator-owned annotations; null removes an annotation. */
 export type AnnotationPatch = Record<string, string | null>;
@@ -80,6 +86,11 @@ export interface Plan {
   createPod?: SandboxPodManifest;
   /** Objects the new pod needs (its ServiceAccount and RBAC), created first if missing. */
   prerequisites?: Record<string, unknown>[];
+  /**
+   * The run's finalizer (FINALIZER): added before its first pod is created, so that a deleted run
+   * stays until its sandbox is confirmed gone; removed once no sandbox of it may run.
+   */
+  finalizer?: "add" | "remove";
   events: PlannedEvent[];
   metrics: MetricSignal[];
   /** When to reconcile this run again if nothing else happens (ms since epoch). */
@@ -97,6 +108,7 @@ export function isQuiet(plan: Plan): boolean {
     plan.annotations === undefined &&
     plan.deletePods.length === 0 &&
     plan.createPod === undefined &&
+    plan.finalizer === undefined &&
     plan.events.length === 0
   );
 }

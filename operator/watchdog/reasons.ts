@@ -29,6 +29,11 @@ export const REASONS = {
   terminationPending: "TerminationPending",
   sandboxGone: "SandboxGone",
   sandboxAdopted: "SandboxAdopted",
+  rateLimitRequeuesExhausted: "RateLimitRequeuesExhausted",
+  statusWriteRefused: "StatusWriteRefused",
+  sandboxReportTooLarge: "SandboxReportTooLarge",
+  approvalWithdrawn: "ApprovalWithdrawn",
+  deleting: "Deleting",
 } as const;
 
 /** Failures that spend the recovery allowance (maxRestarts). */
@@ -38,4 +43,7 @@ export type InterventionReason =
   | typeof REASONS.toolLoop
   | typeof REASONS.recoveryBudgetExhausted
   | typeof REASONS.stallUnresolved
-  | typeof REASONS.unconfirmedSideEffect;
+  | typeof REASONS.unconfirmedSideEffect
+  | typeof REASONS.rateLimitRequeuesExhausted
+  | typeof REASONS.statusWriteRefused
+  | typeof REASONS.sandboxReportTooLarge;

@@ -23,6 +23,10 @@ export interface RunView {
   /** When a late write of an earlier attempt replaced the current heartbeat (see LivenessMemory). */
   heartbeatErasedAt?: number;
   answer?: Answer;
+  /** What is wrong with the size of the sandbox's report, when it is over the protocol's bound. */
+  oversizeReport?: string;
+  /** The API server's refusal of the run's last status write, when it refused what the write held. */
+  refusedWrite?: string;
 }
 
 export const isoSeconds = (ms: number) => new Date(Math.floor(ms / 1000) * 1000).toISOString().replace(".000Z", "Z");

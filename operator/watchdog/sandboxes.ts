@@ -2,19 +2,46 @@
 //
 // A pod belongs to the run whose uid its controller owner reference names, never by name or label
 // alone: a run re-created under the same name never adopts, counts or is confirmed by an earlier
-// run's pod. A deleted pod is confirmed gone only when the kubelet has stopped its containers: the
-// pod reached a terminal phase, or its object disappeared with a final state that shows it (the
+// run's pod. Once the run has created a pod, it tracks it by uid (status.podUID, then its
+// terminating entry) until the pod is confirmed gone, whatever happens to its labels or owner
+// references meanwhile: a pod quarantined for debugging (its label or owner reference removed)
+// still runs, so it is still the run's.
+//
+// A deleted pod is confirmed gone only when the kubelet has stopped its containers: the pod
+// reached a terminal phase, or its object disappeared with a final state that shows it (the
 // kubelet's own final delete), or it never had a node. A pod that disappeared while it could still
-// be running (force-deleted on a node cut off from the API server) is confirmed once its node is in
-// contact again for longer than the pod's grace, or is shut down (out-of-service), or is gone.
-// Until then no replacement starts; after unconfirmedAfter the run says so (SandboxUnconfirmed).
+// be running (force-deleted on a node cut off from the API server) is confirmed once its node has
+// been in contact since, for longer than the longest grace its kubelet may use, or is shut down
+// (out-of-service), or is gone. That grace is the longer of the deletion's and the pod's own
+// terminationGracePeriodSeconds: a kubelet that saw the deletion uses the deletion's; one that
+// finds the pod gone without having seen it (a relist after a long partition, or a restart) kills
+// with the pod's own, which its containers carry as a label; and never less than the kubelet's
+// floor of 2 s. Until then no replacement starts; after unconfirmedAfter the run says so
+// (SandboxUnconfirmed).
 import { MAX_TERMINATING, type TerminatingPod } from "../api/agentrun.ts";
 import type { WatchdogSettings } from "../api/defaults.ts";
 import { isLive, toMillis, type NodeView, type PodView } from "./observe.ts";
 import { REASONS } from "./reasons.ts";
 
-/** After the node is heard from again, how long its kubelet gets beyond the pod's grace to kill it. */
-export const CONTACT_MARGIN_MS = 5_000;
+/**
+ * After the node is heard from again, how long its kubelet gets beyond the pod's grace to kill
+ * it: its Lease is renewed by a goroutine of its own, before its pod watch has resumed or relisted
+ * (about 15 s, two renewals); then each container gets up to 2 s beyond the grace (the kubelet's
+ * floor applies after a preStop hook, and whole seconds are truncated), and a few seconds go to
+ * SIGKILL, reaping and the sandbox's own stop.
+ */
+export const CONTACT_MARGIN_MS = 15_000 + 2_000 + 5_000;
+/** The kubelet never gives a container less than this to stop (minimumGracePeriodInSeconds). */
+export const KUBELET_MIN_GRACE_SECONDS = 2;
+/** A pod's terminationGracePeriodSeconds when its spec does not say. */
+export const DEFAULT_POD_GRACE_SECONDS = 30;
+
+/** The longest grace the kubelet may give a terminating pod's containers, in ms (see above). */
+export function longestGraceMs(entry: Pick<TerminatingPod, "gracePeriodSeconds" | "podGracePeriodSeconds">): number {
+  const deletion = entry.gracePeriodSeconds ?? DEFAULT_POD_GRACE_SECONDS;
+  const own = entry.podGracePeriodSeconds ?? DEFAULT_POD_GRACE_SECONDS;
+  return Math.max(deletion, own, KUBELET_MIN_GRACE_SECONDS) * 1000;
+}
 /** How often a vanished pod's node is looked at again while it has not been heard from. */
 export const CONTACT_POLL_MS = 10_000;
 
@@ -45,6 +72,8 @@ export interface Sandboxes {
 
 export interface SandboxInputs {
   runUid: string | undefined;
+  /** Uids of pods the run's status tracks (its current pod, its terminating ones): the run's, whatever their owner references say. */
+  tracked?: ReadonlySet<string>;
   pods: readonly PodView[];
   /** Final states of pods of this run whose objects were seen disappearing, by uid. */
   tombstones: ReadonlyMap<string, PodView>;
@@ -55,8 +84,10 @@ export interface SandboxInputs {
   settings: WatchdogSettings;
 }
 
-export function ownedPods(runUid: string | undefined, pods: readonly PodView[]): PodView[] {
-  return runUid === undefined ? [] : pods.filter((p) => p.ownerUid === runUid);
+/** The run's pods: those its uid controls, and those its status tracks by uid. */
+export function ownedPods(runUid: string | undefined, pods: readonly PodView[], tracked: ReadonlySet<string> = new Set()): PodView[] {
+  if (runUid === undefined) return [];
+  return pods.filter((p) => p.ownerUid === runUid || (p.uid !== undefined && tracked.has(p.uid)));
 }
 
 type Check = { confirmed: true } | { confirmed: false; entry: TerminatingPod; wakeAt?: number };
@@ -68,7 +99,8 @@ function check(entry: TerminatingPod, input: SandboxInputs, pod: PodView | undef
     return { confirmed: false, entry: pod.nodeName && !entry.nodeName ? { ...entry, nodeName: pod.nodeName } : entry };
   }
   const tomb = input.tombstones.get(entry.uid);
-  if (tomb && (!isLive(tomb) || !tomb.nodeName)) return { confirmed: true };
+  // Its last state shows the kubelet stopped every container (it deletes the object itself after).
+  if (tomb && (!isLive(tomb) || tomb.stopped || !tomb.nodeName)) return { confirmed: true };
   if (tomb) return checkOnNode(entry, input, tomb.nodeName as string);
   // No final state was seen (the operator was not watching): the node it was last known on, or,
   // with none recorded, any node, since the status records a pod's node lazily.
@@ -83,7 +115,7 @@ function checkOnNode(entry: TerminatingPod, input: SandboxInputs, nodeName: stri
   if (input.nodes && !node) return { confirmed: true }; // the node itself is gone
   if (node?.outOfService) return { confirmed: true }; // declared shut down: the pod GC's to clear
   const vanishedAt = toMillis(next.vanishedAt) as number;
-  const grace = (next.gracePeriodSeconds ?? 30) * 1000;
+  const grace = longestGraceMs(next);
   const contactAt = toMillis(next.contactAt);
   if (contactAt !== undefined) {
     const done = contactAt + grace + CONTACT_MARGIN_MS;
@@ -105,7 +137,7 @@ function checkOnNode(entry: TerminatingPod, input: SandboxInputs, nodeName: stri
  */
 function checkAnywhere(entry: TerminatingPod, input: SandboxInputs): Check {
   const next: TerminatingPod = entry.vanishedAt ? entry : { ...entry, vanishedAt: isoSeconds(input.now) };
-  const grace = (next.gracePeriodSeconds ?? 30) * 1000;
+  const grace = longestGraceMs(next);
   const recorded = toMillis(next.contactAt);
   if (recorded !== undefined) {
     const done = recorded + grace + CONTACT_MARGIN_MS;
@@ -127,7 +159,7 @@ function checkAnywhere(entry: TerminatingPod, input: SandboxInputs): Check {
 
 /** Classifies the run's pods and confirms what can be confirmed of those being deleted. */
 export function sandboxes(input: SandboxInputs): Sandboxes {
-  const owned = ownedPods(input.runUid, input.pods);
+  const owned = ownedPods(input.runUid, input.pods, input.tracked);
   const terminating: TerminatingPod[] = [];
   const unconfirmed: Unconfirmed[] = [];
   const confirmed: TerminatingPod[] = [];
@@ -166,21 +198,29 @@ export function sandboxes(input: SandboxInputs): Sandboxes {
   return { owned, terminating: terminating.slice(-MAX_TERMINATING), unconfirmed, confirmed, busy, wakeAt };
 }
 
-/** The terminating record of a pod the run is deleting (or saw deleted) now. */
+/**
+ * The terminating record of a pod the run is deleting (or saw deleted) now: the deletion's grace
+ * (`gracePeriodSeconds` when this decision deletes it, else the one on the object) and the pod's own.
+ */
 export function entryFor(pod: PodView, now: number, gracePeriodSeconds?: number): TerminatingPod {
   const entry: TerminatingPod = {
     name: pod.name,
     uid: pod.uid ?? "",
     since: isoSeconds(pod.deleting && pod.deletionRequestedAt !== undefined ? Math.min(pod.deletionRequestedAt, now) : now),
     gracePeriodSeconds: Math.max(0, Math.ceil(gracePeriodSeconds ?? pod.gracePeriodSeconds)),
+    podGracePeriodSeconds: Math.max(0, Math.ceil(pod.podGracePeriodSeconds)),
   };
   if (pod.nodeName) entry.nodeName = pod.nodeName;
   return entry;
 }
 
-/** A pod that vanished before anyone asked for its deletion: tracked like a deleted one. */
-export function vanishedEntry(name: string, uid: string, nodeName: string | undefined, now: number): TerminatingPod {
-  const entry: TerminatingPod = { name, uid, since: isoSeconds(now), gracePeriodSeconds: 30 };
+/**
+ * A pod that vanished before anyone asked for its deletion (or while nobody watched): tracked like
+ * a deleted one, with the grace the run recorded when it created the pod (its kubelet will use the
+ * pod's own, having seen no deletion).
+ */
+export function vanishedEntry(name: string, uid: string, nodeName: string | undefined, now: number, podGracePeriodSeconds = DEFAULT_POD_GRACE_SECONDS): TerminatingPod {
+  const entry: TerminatingPod = { name, uid, since: isoSeconds(now), gracePeriodSeconds: podGracePeriodSeconds, podGracePeriodSeconds };
   if (nodeName) entry.nodeName = nodeName;
   return entry;
 }

@@ -14,6 +14,8 @@ export interface ConditionFacts {
   backingOff: boolean;
   /** Problems found in what the sandbox wrote; none when its report is valid. */
   problems: string[];
+  /** The reason SandboxReportValid gives them (default InvalidSandboxReport). */
+  problemReason?: string;
   /** Deleted pods not confirmed gone past unconfirmedAfter. */
   overdue: Unconfirmed[];
 }
@@ -44,7 +46,7 @@ export function conditionsFor(f: ConditionFacts): Condition[] {
   else if (f.phase === "Failed") set("Succeeded", "False", reason, message);
   else set("Succeeded", "Unknown", REASONS.notFinished, "");
 
-  if (f.problems.length > 0) set("SandboxReportValid", "False", REASONS.invalidSandboxReport, f.problems.join("; "));
+  if (f.problems.length > 0) set("SandboxReportValid", "False", f.problemReason ?? REASONS.invalidSandboxReport, f.problems.join("; "));
   else if (findCondition(conditions, "SandboxReportValid")) set("SandboxReportValid", "True", REASONS.validSandboxReport, "");
 
   if (f.overdue.length > 0) {

@@ -4,216 +4,23 @@
 // tool records, merge patches on the status subresource), and finds pods by their attempt label and
 // owner uid, never by name. Every wait has a deadline; every hold is checked all along.
 import fc from "fast-check";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { ACTIVITY_KINDS, SANDBOX_STATES } from "../../operator/api/agentrun.ts";
 import { SANDBOX_FIELD_MANAGER } from "../../operator/api/annotations.ts";
-import { ApiError, isNotFound, paths, type Json, type KubeClient } from "../../operator/kube/client.ts";
+import { ApiError, isNotFound, paths } from "../../operator/kube/client.ts";
 import { createLogger } from "../../operator/log.ts";
 import { argsHash, idempotencyKey } from "../../operator/sandbox/keys.ts";
 import { EXIT_CODES, runAgent } from "../../operator/sandbox/index.ts";
 import { OPERATOR_STATUS_FIELDS } from "../../operator/watchdog/plan.ts";
-import { condition, createRun, deleteNamespace, getRun, kube, listEvents, listPods, newNamespace, ofAttempt, runManifest } from "../support/cluster.ts";
+import { condition, createRun, getRun, kube, listEvents, listPods, ofAttempt, runManifest } from "../support/cluster.ts";
 import { crdStatusProblems } from "../support/crd-schema.ts";
-import { startOperator, type OperatorProcess } from "../support/operator-process.ts";
-import { heartbeat, setPodPhase, writeToolCalls, type HeartbeatOptions, type SandboxState } from "../support/sandbox.ts";
+import { annotate, apiWrites, beat, cluster, deletionOf, heartbeatAcceptedAt, keepBeating, phaseOf, podEnv, podOf, removeWatchdogFinalizer, running, seriesValue, untouched, warnings, writesSettled, type Target } from "../support/guarantees.ts";
+import { startOperator } from "../support/operator-process.ts";
+import { heartbeat, setPodPhase, writeToolCalls } from "../support/sandbox.ts";
 import { holds, waitFor } from "../support/wait.ts";
 
 const S = 1000;
 const H = 3600 * S;
-
-// --- one namespace and one operator per describe ------------------------------------------
-
-interface Env {
-  client: KubeClient;
-  ns: string;
-  operator: OperatorProcess;
-}
-
-function cluster(prefix: string): Env {
-  const env = {} as Env;
-  beforeAll(async () => {
-    env.client = kube();
-    env.ns = await newNamespace(env.client, `guarantees-${prefix}`);
-    env.operator = await startOperator(env.ns);
-  });
-  afterEach((ctx) => {
-    if (ctx.task.result?.state === "fail") console.error(env.operator?.logs.slice(-60).join("\n"));
-  });
-  afterAll(async () => {
-    await env.operator?.stop();
-    if (env.client && env.ns) await deleteNamespace(env.client, env.ns);
-  });
-  return env;
-}
-
-// --- playing the kubelet and the sandbox --------------------------------------------------
-
-const ownerUid = (pod: any): string | undefined => (pod.metadata.ownerReferences ?? []).find((o: any) => o.controller === true)?.uid;
-
-/** The attempt's pod of the run (of its current uid, when given). */
-async function podOf(env: Env, run: string, attempt: number, uid?: string, timeoutMs = 30_000): Promise<any> {
-  return waitFor(`pod of ${run} attempt ${attempt}`, async () => (await listPods(env.client, env.ns, run)).find((p) => ofAttempt(attempt)(p) && (uid === undefined || ownerUid(p) === uid)), { timeoutMs });
-}
-
-/** Waits for the attempt's pod and reports it Running, as a kubelet would. */
-async function running(env: Env, run: string, attempt = 1, uid?: string): Promise<any> {
-  const pod = await podOf(env, run, attempt, uid);
-  await setPodPhase(env.client, env.ns, pod.metadata.name, "Running");
-  return pod;
-}
-
-async function phaseOf(env: Env, run: string, phase: string, timeoutMs = 30_000): Promise<any> {
-  return waitFor(`${run} in phase ${phase}`, async () => {
-    const r = await getRun(env.client, env.ns, run);
-    return r.status?.phase === phase ? r : undefined;
-  }, { timeoutMs });
-}
-
-/** A heartbeat as the SDK writes it: under the sandbox's own field manager. */
-function beat(env: Env, run: string, attempt: number, state: SandboxState = "Planning", activity?: { kind: string; time?: string }, options: HeartbeatOptions = {}): Promise<Json> {
-  return heartbeat(env.client, env.ns, run, attempt, state, activity, {}, { fieldManager: SANDBOX_FIELD_MANAGER, ...options });
-}
-
-interface Target {
-  run: string;
-  attempt: number;
-  state?: SandboxState;
-  skewMs?: number;
-  /** heartbeat.time for each beat, when the sandbox writes something odd. */
-  time?: () => string;
-}
-
-/**
- * Heartbeats the targets every `intervalMs` in the background (the sandbox's own interval) until
- * stop(), which waits for the beat in flight so that nothing lands after it, and returns the last
- * accepted write of each run.
- */
-function keepBeating(env: Env, targets: Target[], intervalMs = 1000) {
-  let stopped = false;
-  let wake: () => void = () => {};
-  const last = new Map<string, any>();
-  const errors: string[] = [];
-  const loop = (async () => {
-    while (!stopped) {
-      await Promise.all(
-        targets.map(async (t) => {
-          try {
-            const options: HeartbeatOptions = {};
-            if (t.skewMs !== undefined) options.skewMs = t.skewMs;
-            if (t.time) options.time = t.time();
-            last.set(t.run, await beat(env, t.run, t.attempt, t.state ?? "Planning", undefined, options));
-          } catch (err) {
-            errors.push(`${t.run}: ${String(err)}`);
-          }
-        }),
-      );
-      if (stopped) break;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, intervalMs);
-        wake = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-    }
-  })();
-  return {
-    last,
-    errors,
-    async stop(): Promise<Map<string, any>> {
-      stopped = true;
-      wake();
-      await loop;
-      return last;
-    },
-  };
-}
-
-/**
- * When the API server accepted the run's newest heartbeat: the managedFields time of
- * status.heartbeat.time, in whole seconds (the true time is up to a second later).
- */
-function heartbeatAcceptedAt(run: any): number {
-  const times = ((run.metadata?.managedFields ?? []) as any[])
-    .filter((e) => e.fieldsV1?.["f:status"]?.["f:heartbeat"]?.["f:time"] !== undefined)
-    .map((e) => Date.parse(e.time));
-  expect(times.length, "a managedFields entry owns status.heartbeat.time").toBeGreaterThan(0);
-  return Math.max(...times);
-}
-
-interface Deletion {
-  /** When the deletion (deletionTimestamp, or the pod gone) was first seen: it happened before. */
-  seenAt: number;
-  /** When a read last began that still found the pod running, not being deleted: it happened after. */
-  lastAliveAt: number;
-}
-
-/** Polls a pod until it is being deleted (deletionTimestamp set) or gone. */
-async function deletionOf(env: Env, name: string, timeoutMs = 20_000): Promise<Deletion> {
-  let lastAliveAt = 0;
-  return waitFor(`pod ${name} deleted`, async () => {
-    const askedAt = Date.now();
-    const pod = await env.client.get<any>(paths.pod(env.ns, name)).catch((err) => {
-      if (isNotFound(err)) return undefined;
-      throw err;
-    });
-    if (pod && !pod.metadata.deletionTimestamp) {
-      lastAliveAt = askedAt;
-      return undefined;
-    }
-    return { seenAt: Date.now(), lastAliveAt };
-  }, { timeoutMs, intervalMs: 50 });
-}
-
-/** Whether the pod is there and nobody has asked for its deletion. */
-async function untouched(env: Env, name: string): Promise<boolean> {
-  try {
-    const pod = await env.client.get<any>(paths.pod(env.ns, name));
-    return !pod.metadata.deletionTimestamp;
-  } catch (err) {
-    if (isNotFound(err)) return false;
-    throw err;
-  }
-}
-
-async function annotate(env: Env, run: string, annotations: Record<string, string | null>): Promise<void> {
-  await env.client.mergePatch(paths.run(env.ns, run), { metadata: { annotations } });
-}
-
-async function warnings(env: Env, run: string, reason: string): Promise<any[]> {
-  return (await listEvents(env.client, env.ns)).filter((e) => e.type === "Warning" && e.reason === reason && e.regarding?.name === run);
-}
-
-/** The operator's API writes so far, from its own rest_client_requests_total. */
-async function apiWrites(op: OperatorProcess): Promise<number> {
-  let sum = 0;
-  for (const line of (await op.metrics()).split("\n")) {
-    const m = /^rest_client_requests_total\{([^}]*)\} (\S+)$/.exec(line);
-    if (m && /method="(PATCH|POST|DELETE|PUT)"/.test(m[1] as string)) sum += Number(m[2]);
-  }
-  return sum;
-}
-
-/** Waits until the operator has made no API write for `forMs`, and returns its count. */
-async function writesSettled(op: OperatorProcess, forMs = 1500): Promise<number> {
-  return waitFor("the operator's writes to settle", async () => {
-    const before = await apiWrites(op);
-    await new Promise((r) => setTimeout(r, forMs));
-    const after = await apiWrites(op);
-    return after === before ? after : undefined;
-  }, { timeoutMs: 30_000, intervalMs: 0 });
-}
-
-function seriesValue(text: string, name: string): number | undefined {
-  for (const line of text.split("\n")) {
-    if (line.startsWith(`${name} `) || line.startsWith(`${name}{`)) return Number(line.slice(line.lastIndexOf(" ") + 1));
-  }
-  return undefined;
-}
-
-function podEnv(pod: any): Record<string, string> {
-  return Object.fromEntries(pod.spec.containers[0].env.map((e: any) => [e.name, e.value]));
-}
 
 // --- the guarantees -------------------------------------------------------------------------
 
@@ -229,14 +36,18 @@ describe("2. pods belong to runs by owner uid", () => {
     await beat(env, "r", 1, "Planning");
     await phaseOf(env, "r", "Planning");
 
-    // kubectl delete --cascade=orphan: the run goes, its pod stays, and the garbage collector
-    // removes the pod's owner reference.
+    // While the operator is down, kubectl delete --cascade=orphan and the watchdog's finalizer taken
+    // off by hand: the run goes at once, its pod stays, and the garbage collector removes the pod's
+    // owner reference. (With the operator up, the run would stay until its sandbox is gone.)
+    await env.operator.stop();
     await client.delete(paths.run(ns, "r"), { apiVersion: "v1", kind: "DeleteOptions", propagationPolicy: "Orphan" });
+    await removeWatchdogFinalizer(client, ns, "r");
     await waitFor("run r gone and its pod orphaned", async () => {
       const gone = await getRun(client, ns, "r").then(() => false, (err) => isNotFound(err));
       const pod = await client.get<any>(paths.pod(ns, orphan.metadata.name));
       return gone && !(pod.metadata.ownerReferences ?? []).some((o: any) => o.uid === earlierUid);
     }, { timeoutMs: 60_000, intervalMs: 200 });
+    env.operator = await startOperator(ns);
     // The orphan's agent finishes: exit 0.
     await setPodPhase(client, ns, orphan.metadata.name, "Succeeded", 0);
 
@@ -282,12 +93,15 @@ describe("2. pods belong to runs by owner uid", () => {
     const orphan = await running(env, "q", 1, earlierUid);
     await beat(env, "q", 1, "Planning");
     await phaseOf(env, "q", "Planning");
+    await env.operator.stop();
     await client.delete(paths.run(ns, "q"), { apiVersion: "v1", kind: "DeleteOptions", propagationPolicy: "Orphan" });
+    await removeWatchdogFinalizer(client, ns, "q");
     await waitFor("run q gone and its pod orphaned", async () => {
       const gone = await getRun(client, ns, "q").then(() => false, (err) => isNotFound(err));
       const pod = await client.get<any>(paths.pod(ns, orphan.metadata.name));
       return gone && !(pod.metadata.ownerReferences ?? []).some((o: any) => o.uid === earlierUid);
     }, { timeoutMs: 60_000, intervalMs: 200 });
+    env.operator = await startOperator(ns);
 
     // Re-created while the orphan still runs: it is not this run's, so the run neither adopts it
     // (attempt label and run label match) nor waits for it to be gone.

@@ -478,7 +478,7 @@ describe("the sandbox SDK against a real API server and operator", () => {
   it("rate-limited: a 429 with Retry-After requeues without spending a restart, and a later attempt completes", async () => {
     await createRun(client, ns, runManifest("limited", { ...quick, heartbeatTimeout: "30s", maxRestarts: 0 }));
     const one = await attemptOf("limited", 1, "rate-limited", { EXAMPLE_RETRY_AFTER_SECONDS: "2" });
-    expect(one.code).toBe(EXIT_CODES.failed);
+    expect(one.code).toBe(EXIT_CODES.rateLimited);
     const queued = await phaseOf("limited", "Queued");
     expect(queued.status).toMatchObject({ restarts: 0, lastFailure: { reason: "RateLimited" } });
     expect(queued.status.toolCalls.at(-1)).toMatchObject({ name: "call_model", state: "Failed", error: { httpStatus: 429, retryAfterSeconds: 2 } });

@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { SANDBOX_FIELD_MANAGER } from "../../operator/api/annotations.ts";
+import { MAX_CHECKPOINT_BYTES } from "../../operator/api/limits.ts";
 import { paths, type KubeClient } from "../../operator/kube/client.ts";
 import { EXIT_CODES } from "../../operator/sandbox/errors.ts";
 import { argsHash, idempotencyKey } from "../../operator/sandbox/keys.ts";
@@ -225,6 +226,55 @@ describe.each(SDKS)("the $sdk SDK", ({ sdk, command, args }) => {
     expect(await exits("approve", s), s.driver.output()).toBe(0);
     await phaseOf("approve", "Completed");
     expect(s.driver.events()[1]).toEqual({ event: "approval", answer: "ship it" });
+  });
+
+  it("gets its own answer to each of two questions asked one after the other", { timeout: 60_000 }, async () => {
+    await createRun(client, ns, runManifest("twice", quick));
+    const s = await sandbox("twice", 1, [{ do: "approval", question: "Deploy version 2?" }, { do: "approval", question: "Migrate the database?" }, { do: "say", text: "Done." }]);
+    const ids: string[] = [];
+    for (const [question, answer] of [["Deploy version 2?", "ship it"], ["Migrate the database?", "migrate"]] as const) {
+      const pending = await waitFor(`the request for ${question}`, async () => {
+        const r = await getRun(client, ns, "twice");
+        return r.status?.approval?.state === "Pending" && r.status.approval.question === question ? r : undefined;
+      });
+      // The operator opened it under the key the SDK gave its question.
+      expect(pending.status.approval.requestKey).toBe(pending.status.checkpoint.data["watchdog.dev/approval-request"].key);
+      ids.push(pending.status.approval.id);
+      await client.mergePatch(paths.run(ns, "twice"), { metadata: { annotations: { "watchdog.dev/approve": answer, "watchdog.dev/approval-id": pending.status.approval.id } } });
+    }
+    expect(new Set(ids).size).toBe(2);
+    expect(await exits("twice", s), s.driver.output()).toBe(0);
+    await phaseOf("twice", "Completed");
+    expect(s.driver.events().filter((e) => e.event === "approval")).toEqual([
+      { event: "approval", answer: "ship it" },
+      { event: "approval", answer: "migrate" },
+    ]);
+  });
+
+  it("refuses a checkpoint too large for the run's status at the call, keeps the last one, and goes on", { timeout: 60_000 }, async () => {
+    await createRun(client, ns, runManifest("large", quick));
+    const s = await sandbox("large", 1, [
+      { do: "checkpoint", step: 1, data: { notes: ["a"] } },
+      { do: "checkpoint", step: 2, padding: MAX_CHECKPOINT_BYTES },
+      { do: "say", text: "Kept the small one." },
+    ]);
+    expect(await exits("large", s), s.driver.output()).toBe(0);
+    const done = await phaseOf("large", "Completed");
+    expect(s.driver.events()[1]).toEqual({ event: "checkpoint", ok: false, error: "CheckpointTooLargeError", bytes: MAX_CHECKPOINT_BYTES + 20, limit: MAX_CHECKPOINT_BYTES });
+    expect(done.status.checkpoint).toEqual({ step: 1, data: { notes: ["a"] } });
+    expect(condition(done, "SandboxReportValid")?.status).not.toBe("False");
+  });
+
+  it("exits as rate limited when it gives up right after a call failed with 429, and the run waits out the rate limit", { timeout: 60_000 }, async () => {
+    await createRun(client, ns, runManifest("limited", { ...quick, maxRestarts: 0 }));
+    const s = await sandbox("limited", 1, [
+      { do: "tool", name: "call_model", args: { prompt: "hi" }, fail: "429 Too Many Requests", httpStatus: 429, retryAfterSeconds: 2, idempotent: true },
+      { do: "giveUp", message: "giving up this attempt" },
+    ]);
+    expect(await exits("limited", s), s.driver.output()).toBe(EXIT_CODES.rateLimited);
+    const queued = await phaseOf("limited", "Queued");
+    expect(queued.status).toMatchObject({ restarts: 0, lastFailure: { reason: "RateLimited" } });
+    expect(queued.status.toolCalls.at(-1)).toMatchObject({ name: "call_model", state: "Failed", error: { httpStatus: 429, retryAfterSeconds: 2 } });
   });
 
   it("stops with the fenced exit code when the run is suspended under it", { timeout: 60_000 }, async () => {

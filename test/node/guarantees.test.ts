@@ -10,7 +10,11 @@
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from "vitest";
 import { RESTRICTED_NAMESPACE } from "../../hack/demo/cluster.ts";
 import { nodePause, nodeResume } from "../../hack/demo/real-node.ts";
-import { isNotFound, paths, type Json, type KubeClient } from "../../operator/kube/client.ts";
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { runScript } from "../../hack/demo/cluster.ts";
+import { ApiError, isNotFound, paths, type Json, type KubeClient } from "../../operator/kube/client.ts";
+import { componentPid } from "../bench/lib.ts";
 import { deleteNamespace, kube, newNamespace, ofAttempt } from "../support/cluster.ts";
 import { startOperator, type OperatorProcess } from "../support/operator-process.ts";
 import { waitFor } from "../support/wait.ts";
@@ -28,21 +32,34 @@ const getRun = (name: string) => client.get<any>(paths.run(ns, name));
 const podsOf = async (name: string) => (await client.get<{ items: any[] }>(paths.pods(ns), { labelSelector: `watchdog.dev/run=${name}` })).items;
 
 /**
- * A sandbox that is nothing but a process: it heartbeats `beats` times, a second apart, then
- * stops, hung, and ignores SIGTERM and the run's attempt moving on, as a wedged process would.
+ * A sandbox that is nothing but a process: it heartbeats `beats` times, a second apart (or, with
+ * beats 0, until its run carries the annotation SILENCE, so that a test decides when it hangs),
+ * then stops, hung, and ignores SIGTERM and the run's attempt moving on, as a wedged process would.
  * Only the kubelet can stop it.
  */
+const SILENCE = "test.watchdog.dev/silence";
 const ZOMBIE = `
 const fs = require("fs");
 const sa = "/var/run/secrets/kubernetes.io/serviceaccount";
 const e = process.env;
-const url = "https://" + e.KUBERNETES_SERVICE_HOST + ":" + e.KUBERNETES_SERVICE_PORT + "/apis/watchdog.dev/v1alpha1/namespaces/" + e.WATCHDOG_RUN_NAMESPACE + "/agentruns/" + e.WATCHDOG_RUN_NAME + "/status?fieldManager=agent-watchdog-sandbox";
+const run = "https://" + e.KUBERNETES_SERVICE_HOST + ":" + e.KUBERNETES_SERVICE_PORT + "/apis/watchdog.dev/v1alpha1/namespaces/" + e.WATCHDOG_RUN_NAMESPACE + "/agentruns/" + e.WATCHDOG_RUN_NAME;
+const auth = () => ({ authorization: "Bearer " + fs.readFileSync(sa + "/token", "utf8") });
 process.on("SIGTERM", () => console.log("ignoring SIGTERM"));
 let n = 0;
-setInterval(() => {
-  if (n++ >= Number(e.BEATS)) return;
+let silent = false;
+setInterval(async () => {
+  if (silent || (Number(e.BEATS) > 0 && n >= Number(e.BEATS))) return;
+  if (Number(e.BEATS) === 0) {
+    const current = await fetch(run, { headers: auth() }).then((r) => r.json(), () => undefined);
+    if (current?.metadata?.annotations?.["${SILENCE}"] !== undefined) {
+      silent = true;
+      console.log("silenced");
+      return;
+    }
+  }
+  n++;
   const heartbeat = { time: new Date().toISOString(), attempt: Number(e.WATCHDOG_ATTEMPT), state: "Planning" };
-  fetch(url, { method: "PATCH", headers: { authorization: "Bearer " + fs.readFileSync(sa + "/token", "utf8"), "content-type": "application/merge-patch+json" }, body: JSON.stringify({ status: { heartbeat } }) })
+  fetch(run + "/status?fieldManager=agent-watchdog-sandbox", { method: "PATCH", headers: { ...auth(), "content-type": "application/merge-patch+json" }, body: JSON.stringify({ status: { heartbeat } }) })
     .then((r) => console.log("heartbeat", n, r.status), (err) => console.log("heartbeat failed", String(err.cause ?? err)));
 }, 1000);
 `;
@@ -55,6 +72,9 @@ function run(name: string, container: Json, watchdog: Json, spec: Json = {}): Js
     spec: { goal: "node test", template: { spec: { terminationGracePeriodSeconds: 3, containers: [container], ...spec } }, watchdog },
   };
 }
+
+/** The zombie stops heartbeating now (it reads its run once a second). */
+const silence = (name: string) => client.mergePatch(paths.run(ns, name), { metadata: { annotations: { [SILENCE]: "now" } } });
 
 function zombie(beats: number): Json {
   return {
@@ -109,9 +129,13 @@ describe("1. confirmed before replaced, on a node cut off from the API server", 
     observer = new NodeObserver(ns, ["hung"]);
     observer.start();
     try {
-      await client.create(paths.runs(ns), run("hung", zombie(4), { heartbeatTimeout: "5s", killGracePeriod: "2s", unconfirmedAfter: "6s", backoff: { initial: "1s" }, maxRestarts: 3 }));
+      await client.create(paths.runs(ns), run("hung", zombie(0), { heartbeatTimeout: "5s", killGracePeriod: "2s", unconfirmedAfter: "6s", backoff: { initial: "1s" }, maxRestarts: 3 }));
       await waitFor("the sandbox's heartbeats", async () => (await getRun("hung")).status?.phase === "Planning", { timeoutMs: 60_000 });
+      // Cut off first, and only then hung: the kill happens while the node cannot act on it. (With
+      // a sandbox that hung by itself after a few beats, a slow pause let the kill happen before
+      // it, the kubelet stopped attempt 1 at once, and attempt 2 was what the test paused on.)
       await pause();
+      await silence("hung");
       // It stops heartbeating and is killed: its pod is deleted (gracefully) while the kubelet
       // cannot act on it.
       const killed = await waitFor("the kill", async () => {
@@ -175,6 +199,110 @@ describe("1. confirmed before replaced, on a node cut off from the API server", 
 
       await resume();
       await waitFor("attempt 2 running on the node", () => [...(observer.seen.get("forced") ?? [])].some((p) => p.startsWith("forced-2-")), { timeoutMs: 60_000 });
+    } finally {
+      await observer.stop();
+    }
+    expect(observer.overlaps).toEqual([]);
+  });
+});
+
+describe("1. a force-deleted sandbox is confirmed gone only after the grace its kubelet really uses", () => {
+  /**
+   * A zombie with a grace of its own (20 s) far longer than the kill's (2 s) is killed while its
+   * node is cut off, and then force-deleted; the node comes back one of three ways. What the
+   * kubelet then does is measured in containerd (when the old container stops), and the
+   * replacement must start only after it has.
+   */
+  async function forceDeletedWhileCutOff(name: string, back: () => Promise<void>): Promise<{ stoppedAfterMs: number; replacedAfterMs: number }> {
+    const observer = new NodeObserver(ns, [name]);
+    observer.start();
+    let backAt: number | undefined;
+    let stoppedAt: number | undefined;
+    let old = "";
+    try {
+      await client.create(
+        paths.runs(ns),
+        run(name, zombie(0), { heartbeatTimeout: "5s", killGracePeriod: "2s", unconfirmedAfter: "10m", backoff: { initial: "1s" } }, { terminationGracePeriodSeconds: 20 }),
+      );
+      await waitFor("the sandbox's heartbeats", async () => (await getRun(name)).status?.phase === "Planning", { timeoutMs: 60_000 });
+      await pause();
+      await silence(name);
+      const [pod] = await waitFor("the kill", async () => {
+        const pods = await podsOf(name);
+        return pods.length === 1 && pods[0].metadata.deletionTimestamp ? pods : undefined;
+      }, { timeoutMs: 30_000 });
+      old = pod.metadata.name;
+      await client.delete(paths.pod(ns, old), { apiVersion: "v1", kind: "DeleteOptions", gracePeriodSeconds: 0 });
+      await waitFor("the object gone", async () => (await podsOf(name)).filter((p) => p.metadata.name === old).length === 0);
+      expect(await observer.running(name)).toEqual([old]);
+      await back();
+      paused = false;
+      backAt = Date.now();
+      await waitFor("the old container stopped by its kubelet", async () => {
+        if ((await observer.running(name)).includes(old)) return undefined;
+        stoppedAt = Date.now();
+        return true;
+      }, { timeoutMs: 90_000, intervalMs: 200 });
+      await waitFor("the replacement running on the node", () => [...(observer.seen.get(name) ?? [])].some((p) => p !== old), { timeoutMs: 120_000 });
+    } finally {
+      await observer.stop();
+    }
+    expect(observer.overlaps).toEqual([]);
+    const since = backAt ?? Date.now();
+    return { stoppedAfterMs: (stoppedAt ?? since) - since, replacedAfterMs: Date.now() - since };
+  }
+
+  /** Kills a control-plane component of the real-node cluster and lets `up --kubelet` start it again (it resumes a paused kubelet too). */
+  async function restartComponent(component: string): Promise<void> {
+    const state = inject("nodeState");
+    const pid = componentPid(join(state, "control-plane", "kubeconfig"), component);
+    if (!pid) throw new Error(`no pid for ${component}`);
+    process.kill(pid, "SIGKILL");
+    await waitFor(`${component} gone`, () => !existsSync(`/proc/${pid}`) || readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.startsWith("Z"));
+    const { code } = await runScript("control-plane.sh", ["up", "--kubelet"], { env: { AGENT_WATCHDOG_STATE: state } });
+    if (code !== 0) throw new Error(`up --kubelet exited ${code}`);
+  }
+
+  it("when the kubelet's watch resumes and replays the deletion", async () => {
+    const measured = await forceDeletedWhileCutOff("resumed", () => resume());
+    console.log(`watch resumed: the kubelet stopped the container ${measured.stoppedAfterMs} ms after it was back; the replacement ran ${measured.replacedAfterMs} ms after`);
+  });
+
+  it("when the kubelet relists (the API server restarted meanwhile) and finds the pod gone without having seen the deletion", async () => {
+    const measured = await forceDeletedWhileCutOff("relisted", () => restartComponent("kube-apiserver"));
+    console.log(`relist: the kubelet stopped the container ${measured.stoppedAfterMs} ms after it was back; the replacement ran ${measured.replacedAfterMs} ms after`);
+  });
+
+  it("when the kubelet restarts and finds the container orphaned", async () => {
+    const measured = await forceDeletedWhileCutOff("restarted", () => restartComponent("kubelet"));
+    console.log(`kubelet restart: the kubelet stopped the container ${measured.stoppedAfterMs} ms after it was back; the replacement ran ${measured.replacedAfterMs} ms after`);
+  });
+});
+
+describe("3. deletion of a run is supervised", () => {
+  it("never runs a re-applied run of the same name beside the deleted one's sandbox, whatever the node does meanwhile", async () => {
+    const observer = new NodeObserver(ns, ["again"]);
+    observer.start();
+    try {
+      await client.create(paths.runs(ns), run("again", zombie(0), { heartbeatTimeout: "30s" }));
+      await waitFor("the sandbox's heartbeats", async () => (await getRun("again")).status?.phase === "Planning", { timeoutMs: 60_000 });
+      const [first] = await podsOf("again");
+      await pause();
+      await client.delete(paths.run(ns, "again"));
+      // Applied again at once, and again until it is taken; the node comes back in between.
+      let tries = 0;
+      const created = await waitFor("the run applied again", async () => {
+        if (++tries === 20) await resume();
+        try {
+          return await client.create<any>(paths.runs(ns), run("again", zombie(0), { heartbeatTimeout: "30s" }));
+        } catch (err) {
+          if (err instanceof ApiError && err.code === 409) return undefined;
+          throw err;
+        }
+      }, { timeoutMs: 120_000, intervalMs: 250 });
+      expect(tries, "refused while the deleted run's sandbox may run").toBeGreaterThan(20);
+      await waitFor("the new run's sandbox running on the node", () => [...(observer.seen.get("again") ?? [])].some((p) => p !== first.metadata.name), { timeoutMs: 90_000 });
+      expect(created.metadata.uid).not.toBe(first.metadata.ownerReferences[0].uid);
     } finally {
       await observer.stop();
     }

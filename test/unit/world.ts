@@ -9,7 +9,7 @@ import { isLive, podView, type NodeView } from "../../operator/watchdog/observe.
 import { applyMergePatch } from "../../operator/watchdog/merge-patch.ts";
 import type { Plan } from "../../operator/watchdog/plan.ts";
 import type { InstallDefaults } from "../../operator/api/defaults.ts";
-import { LABELS } from "../../operator/api/annotations.ts";
+import { FINALIZER, LABELS } from "../../operator/api/annotations.ts";
 import { T0, heartbeatManagedFields, iso, run as makeRun } from "./fixtures.ts";
 
 type Json = Record<string, any>;
@@ -38,6 +38,10 @@ export class World {
   kubelet: Kubelet = "prompt";
   /** The sandbox's clock minus the server's. */
   sandboxClockSkewMs = 0;
+  /** The node's clock minus the server's: what the kubelet writes as a container's startedAt. */
+  nodeClockSkewMs = 0;
+  /** The run object is gone (deleted, and no finalizer held it). */
+  runGone = false;
   /** When the node's kubelet last renewed its Lease (server clock). */
   nodeContact = T0;
   /**
@@ -90,9 +94,23 @@ export class World {
 
   /** What the controller remembers of the current attempt's liveness, from every change it saw. */
   private liveness: LivenessMemory | undefined;
+  /** When the controller first saw each pod's agent running (its own sight, as the controller keeps it). */
+  private agentStartsSeen = new Map<string, number>();
+  /** Whether the controller is watching: a restarted operator saw nothing of what came before. */
+  watching = true;
   private observe(): void {
     const facts = livenessFacts(this.run, undefined);
     this.liveness = facts ? believe(facts, this.liveness).memory : undefined;
+    if (!this.watching) return;
+    for (const pod of this.pods.values()) {
+      const view = podView(pod);
+      if (view.uid && view.agent.startedAt !== undefined && !this.agentStartsSeen.has(view.uid)) this.agentStartsSeen.set(view.uid, this.now);
+    }
+  }
+  /** The operator restarts: it remembers nothing it saw. */
+  restartOperator(): void {
+    this.liveness = undefined;
+    this.agentStartsSeen = new Map();
   }
 
   /** Runs the core once and applies its plan. */
@@ -105,6 +123,7 @@ export class World {
       defaults: this.defaults,
       deletedPods: structuredClone(this.tombstones),
       nodes: this.nodes(),
+      containerStartsSeen: new Map([...this.agentStartsSeen].map(([uid, at]) => [uid, new Map([["agent", at]])])),
       ...(this.liveness ? { liveness: this.liveness } : {}),
     });
     this.apply(plan);
@@ -135,6 +154,8 @@ export class World {
   }
 
   private apply(plan: Plan): void {
+    if (this.runGone) return;
+    if (plan.finalizer === "add") this.run.metadata.finalizers = [...(this.run.metadata.finalizers ?? []), FINALIZER];
     if (plan.status) this.run.status = applyMergePatch(this.run.status ?? {}, plan.status);
     if (plan.annotations) {
       const annotations = { ...this.annotations };
@@ -171,7 +192,21 @@ export class World {
       // The executor writes the new pod's uid with the status that names it.
       if (plan.status) this.run.status = { ...this.run.status, podUID: uid };
       this.created.push({ name: plan.createPod.metadata.name, at: this.now, attempt });
+      if (!(this.run.metadata.finalizers ?? []).includes(FINALIZER)) this.violations.push(`created ${plan.createPod.metadata.name} for a run without its finalizer`);
+      if (this.run.metadata.deletionTimestamp) this.violations.push(`created ${plan.createPod.metadata.name} for a run being deleted`);
+      if (this.run.spec.suspend === true) this.violations.push(`created ${plan.createPod.metadata.name} for a suspended run`);
     }
+    if (plan.finalizer === "remove") {
+      if (this.livePods.length > 0 || this.orphans.length > 0) this.violations.push("removed the finalizer while a sandbox may run");
+      this.run.metadata.finalizers = (this.run.metadata.finalizers ?? []).filter((f: string) => f !== FINALIZER);
+      if (this.run.metadata.deletionTimestamp && this.run.metadata.finalizers.length === 0) this.runGone = true;
+    }
+  }
+
+  /** The user deletes the run: it stays, being deleted, while a finalizer holds it. */
+  deleteRun(): void {
+    this.run.metadata.deletionTimestamp ??= iso(this.now);
+    if ((this.run.metadata.finalizers ?? []).length === 0) this.runGone = true;
   }
 
   // --- the kubelet and the API server -------------------------------------------------------
@@ -221,9 +256,21 @@ export class World {
     this.pods.delete(pod.metadata.name);
     if (isLive(podView(pod))) this.orphans.push({ name: pod.metadata.name, ...(this.kubelet === "cutOff" ? {} : { diesAt: this.now + 2_000 }) });
   }
+  /** The kubelet reports the agent running: the start on the node's clock, the write on the server's. */
   podRunning(): void {
     const pod = this.currentPod();
-    if (pod) pod.status = { phase: "Running", containerStatuses: [{ name: "agent", state: { running: { startedAt: iso(this.now) } } }] };
+    if (!pod) return;
+    pod.status = { phase: "Running", containerStatuses: [{ name: "agent", state: { running: { startedAt: iso(this.now + this.nodeClockSkewMs) } } }] };
+    pod.metadata.managedFields = [
+      {
+        manager: "kubelet",
+        operation: "Update",
+        subresource: "status",
+        apiVersion: "v1",
+        time: new Date(Math.floor(this.now / 1000) * 1000).toISOString().replace(".000Z", "Z"),
+        fieldsV1: { "f:status": { "f:containerStatuses": {}, "f:phase": {} } },
+      },
+    ];
   }
   podExit(code: number, reason?: string): void {
     const pod = this.currentPod();
@@ -296,4 +343,14 @@ export class World {
   events(): { type: string; reason: string; note: string }[] {
     return this.plans.flatMap((p) => p.events);
   }
+}
+
+/** A world whose run has started: its first pod running and its first heartbeat in. */
+export function startedWorld(spec: Json, defaults?: InstallDefaults): World {
+  const w = new World(spec, defaults);
+  w.settle();
+  w.podRunning();
+  w.heartbeat("Planning");
+  w.settle();
+  return w;
 }

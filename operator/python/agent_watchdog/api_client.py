@@ -20,9 +20,23 @@ from collections.abc import Callable, Mapping
 from typing import Any, Optional, Protocol, Union
 
 from . import _json
+from .errors import parse_retry_after
 from .kubeconfig import ClusterConfig, load_config
+from .timers import wait_event
 
-__all__ = ["ApiClient", "ApiError", "AbortSignal", "SandboxApi", "api_error_code", "is_not_found", "is_transient", "MERGE_PATCH", "RETRY"]
+__all__ = [
+    "ApiClient",
+    "ApiError",
+    "AbortSignal",
+    "SandboxApi",
+    "api_error_code",
+    "is_not_found",
+    "is_too_large",
+    "is_transient",
+    "retry_after_s",
+    "MERGE_PATCH",
+    "RETRY",
+]
 
 Json = dict[str, Any]
 Query = Mapping[str, Union[str, int, float, bool, None]]
@@ -78,8 +92,9 @@ class AbortSignal:
                 self._listeners.remove(listener)
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Sleeps up to ``timeout`` seconds; True (at once) when aborted."""
-        return self._event.wait(timeout)
+        """Sleeps up to ``timeout`` seconds (any number, infinity included); True (at once) when
+        aborted."""
+        return wait_event(self._event, timeout)
 
     def raise_if_aborted(self) -> None:
         if self.aborted:
@@ -87,13 +102,19 @@ class AbortSignal:
 
 
 class ApiError(Exception):
-    """An API server's refusal: HTTP status, the Status reason and the body."""
+    """An API server's refusal: HTTP status, the Status reason and the body, and how long the
+    server asks the client to wait (``retry_after_seconds``: its Retry-After header, or the Status's
+    details), if it does."""
 
-    def __init__(self, method: str, path: str, code: int, body: Any) -> None:
+    def __init__(self, method: str, path: str, code: int, body: Any, retry_after: Optional[str] = None) -> None:
         status = body if isinstance(body, Mapping) else {}
         self.code = code
         self.reason = str(status.get("reason") or "")
         self.body = body
+        details = status.get("details")
+        self.retry_after_seconds = parse_retry_after(retry_after)
+        if self.retry_after_seconds is None and isinstance(details, Mapping):
+            self.retry_after_seconds = parse_retry_after(details.get("retryAfterSeconds"))
         super().__init__(f"{method} {path}: {code} {self.reason} {status.get('message') or ''}".strip())
 
 
@@ -111,10 +132,36 @@ def is_not_found(err: BaseException | None) -> bool:
     return api_error_code(err) == 404
 
 
+def _server_message(err: BaseException | None) -> str:
+    """What the server said, from its Status object, else the error's own message."""
+    body = getattr(err, "body", None)
+    message = body.get("message") if isinstance(body, Mapping) else None
+    return message if isinstance(message, str) else str(err or "")
+
+
+def is_too_large(err: BaseException | None) -> bool:
+    """The storage's size limit: etcd refuses a request over its limit ("etcdserver: request is too
+    large"), which the API server passes on as a 500. The same request would fail again."""
+    return "too large" in _server_message(err).lower()
+
+
 def is_transient(err: BaseException | None) -> bool:
-    """Worth retrying: the server or the network may recover (no status at all is the network)."""
+    """Worth retrying: the server or the network may recover. No status at all is the network; 401
+    is a token the kubelet is about to rotate (the client has already read it afresh once); 408,
+    409 and 429 pass; a 5xx is the server's trouble, unless it is a size limit. Anything else is
+    the server refusing this request, and it would refuse it again."""
     code = api_error_code(err)
-    return code is None or code == 0 or code in (401, 408, 409, 429) or code >= 500
+    if code is None or code == 0 or code in (401, 408, 409, 429):
+        return True
+    return code >= 500 and not is_too_large(err)
+
+
+def retry_after_s(err: BaseException | None) -> float | None:
+    """The wait a server asked for with its refusal (Retry-After), in seconds, if it asked."""
+    seconds = getattr(err, "retry_after_seconds", None)
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+        return None
+    return float(seconds)
 
 
 class SandboxApi(Protocol):
@@ -236,7 +283,7 @@ class ApiClient:
             if signal.aborted:
                 return
             if response.status != 200:
-                raise ApiError("GET", path, response.status, _parse_body(response.read()))
+                raise ApiError("GET", path, response.status, _parse_body(response.read()), response.getheader("Retry-After"))
             while not signal.aborted:
                 try:
                     line = response.readline()
@@ -292,7 +339,7 @@ class ApiClient:
         if not keep:
             conn.close()
         if response.status < 200 or response.status > 299:
-            raise ApiError(method, path, response.status, _parse_body(data))
+            raise ApiError(method, path, response.status, _parse_body(data), response.getheader("Retry-After"))
         if not data:
             return None
         try:

@@ -4,14 +4,19 @@ The last committed checkpoint, which a new attempt resumes from, and the step in
 after it). Tool calls take their idempotency keys from the step and their position in it, so a
 replay from the checkpoint meets the same keys again; the position starts again at 0 whenever a
 checkpoint moves the step.
+
+A checkpoint too large for the run's status (operator/api/limits.ts) is refused when it is held,
+before anything is written; one the API server refuses is taken back, so the step and the keys
+stay those of the checkpoint status holds.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any, Optional
 
-from .protocol import Checkpoint, unwrap_checkpoint
+from .protocol import Checkpoint, checkpoint_refusal, unwrap_checkpoint
 from .status_writer import StatusWriter
 
 
@@ -42,14 +47,27 @@ class Checkpoints:
             inner, _ = unwrap_checkpoint(self._held)
         return inner
 
-    def hold(self, checkpoint: Checkpoint) -> None:
-        """Makes ``checkpoint`` what the next status write carries."""
+    def hold(self, checkpoint: Checkpoint) -> Callable[[], None]:
+        """Makes ``checkpoint`` what the next status write carries, or raises
+        CheckpointTooLargeError and changes nothing. Returns what takes it back if that write is
+        refused (unless a newer checkpoint was held meanwhile)."""
         with self._lock:
+            refusal = checkpoint_refusal(self._writer.status_with(checkpoint))
+            if refusal is not None:
+                raise refusal
+            before = (self._held, self._committed, self._call_index)
             self._held = checkpoint
             self._writer.set_checkpoint(checkpoint)
             if checkpoint["step"] != self._committed:
                 self._call_index = 0
             self._committed = checkpoint["step"]
+
+        def restore() -> None:
+            with self._lock:
+                if self._held is checkpoint:
+                    self._held, self._committed, self._call_index = before
+
+        return restore
 
     def next_call_index(self) -> int:
         """The 0-based position of the next tool call within the step in progress."""

@@ -24,12 +24,13 @@ MAX_ERROR_MESSAGE = 4096
 MAX_RETRY_AFTER_SECONDS = 86_400
 
 #: Exit codes of the agent container that mean something to the watchdog (SANDBOX_EXIT_CODES).
-SANDBOX_EXIT_CODES = {"unconfirmed_side_effect": 3}
+SANDBOX_EXIT_CODES = {"unconfirmed_side_effect": 3, "rate_limited": 6}
 
 
 class ExitCode(enum.IntEnum):
     """How a sandbox process ends. Only 0 completes the run; UNCONFIRMED_SIDE_EFFECT stops it for a
-    person (NeedsHumanIntervention, never a restart); every other code is a crash to the watchdog."""
+    person (NeedsHumanIntervention, never a restart); RATE_LIMITED requeues it with the rate-limit
+    backoff; every other code is a crash to the watchdog."""
 
     COMPLETED = 0
     FAILED = 1
@@ -41,6 +42,10 @@ class ExitCode(enum.IntEnum):
     FENCED = 4
     #: The approval was rejected or timed out.
     APPROVAL_DENIED = 5
+    #: The agent gave up its attempt on a rate limit: its newest tool call failed with HTTP 429,
+    #: or it raised a ToolError with that status. The watchdog requeues the run with the
+    #: rate-limit backoff (or the call's Retry-After) without spending a restart (rule 4).
+    RATE_LIMITED = SANDBOX_EXIT_CODES["rate_limited"]
 
 
 #: The same codes under the TypeScript SDK's names (EXIT_CODES), in Python spelling.
@@ -51,6 +56,7 @@ EXIT_CODES: Mapping[str, int] = {
     "unconfirmed_side_effect": ExitCode.UNCONFIRMED_SIDE_EFFECT,
     "fenced": ExitCode.FENCED,
     "approval_denied": ExitCode.APPROVAL_DENIED,
+    "rate_limited": ExitCode.RATE_LIMITED,
 }
 
 
@@ -93,6 +99,27 @@ class ApprovalDeniedError(Exception):
         super().__init__(f"approval rejected{': ' + reason if reason else ''}" if state == "Rejected" else "approval timed out")
         self.state = state
         self.reason = reason
+
+
+class CheckpointTooLargeError(ValueError):
+    """A checkpoint too large for the run's status (operator/api/limits.ts), refused at the call:
+    nothing was written, the last committed checkpoint stands, and heartbeats go on."""
+
+    def __init__(self, step: int, what: Literal["checkpoint", "sandbox status"], size: int, limit: int) -> None:
+        if what == "checkpoint":
+            message = f"the checkpoint of step {step} is {size} bytes as JSON, over the limit of {limit} bytes; nothing was written"
+        else:
+            message = (
+                f"the checkpoint of step {step} would make the sandbox's part of status (heartbeat, tool calls and checkpoint) "
+                f"{size} bytes as JSON, over the limit of {limit} bytes; nothing was written"
+            )
+        super().__init__(message)
+        self.step = step
+        #: What is over its limit: the checkpoint itself, or the sandbox's whole part of status.
+        self.what = what
+        #: UTF-8 bytes of it as JSON.
+        self.size = size
+        self.limit = limit
 
 
 class SandboxConfigError(Exception):
@@ -272,6 +299,22 @@ def describe_failure(err: BaseException | Any, now_s: float | None = None, tool_
     return failure
 
 
+#: How many causes deep a rate limit is looked for: enough for wrappers, and no cycle spins.
+_MAX_CAUSES = 8
+
+
+def is_rate_limit_error(err: Any) -> bool:
+    """Whether ``err`` is, or wraps (``raise ... from``, or raised while handling it), a ToolError
+    with HTTP 429."""
+    for _ in range(_MAX_CAUSES):
+        if not isinstance(err, BaseException):
+            return False
+        if isinstance(err, ToolError) and err.http_status == 429:
+            return True
+        err = err.__cause__ if err.__cause__ is not None or err.__suppress_context__ else err.__context__
+    return False
+
+
 def exit_code_for(err: BaseException) -> int:
     """The exit code for an error that ended the agent's work."""
     if isinstance(err, UnconfirmedSideEffectError):
@@ -282,4 +325,6 @@ def exit_code_for(err: BaseException) -> int:
         return ExitCode.APPROVAL_DENIED
     if isinstance(err, SandboxConfigError):
         return ExitCode.CONFIG
+    if is_rate_limit_error(err):
+        return ExitCode.RATE_LIMITED
     return ExitCode.FAILED

@@ -1,6 +1,7 @@
 """The heartbeat loop (heartbeat.ts).
 
-A heartbeat-only write goes out at most once per heartbeatTimeout/4; anything that matters to the
+A heartbeat-only write goes out at most once per heartbeatTimeout/4, and at least once per 75 s
+while the agent makes progress (protocol.py: heartbeat_interval_ms); anything that matters to the
 watchdog (a state change, a tool record, activity, a checkpoint) goes out at once through the
 status writer and moves the heartbeat with it. A heartbeat must mean "the agent is making
 progress", so it is written only while the agent shows progress (any SDK call, a streamed chunk,
@@ -14,6 +15,9 @@ thread would not fire while it works. A thread beats regardless, which is why th
 above, not the thread's liveness, is what stops the heartbeats of a wedged agent. The thread is a
 daemon: when the agent's main function returns, run_agent exits the process, and a live heartbeat
 thread can never keep a finished (or a wedged) process looking alive.
+
+The loop follows the run's effective heartbeatTimeout as the operator publishes it: a new value
+wakes the thread, which reschedules the next heartbeat from the new interval at once.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any, Optional
 from .log import SandboxLogger
 from .protocol import effective_heartbeat_timeout_ms, heartbeat_decision, heartbeat_interval_ms
 from .status_writer import StatusWriter
+from .timers import wait_s
 
 
 class HeartbeatLoop:
@@ -73,7 +78,8 @@ class HeartbeatLoop:
             self._timeout_ms = timeout
             self._interval_ms = heartbeat_interval_ms(timeout)
             if not first:
-                self._log.info("heartbeat timeout changed", heartbeatTimeoutMs=timeout)
+                self._log.info("heartbeat timeout changed", heartbeatTimeoutMs=timeout, heartbeatIntervalMs=self._interval_ms)
+                # Not after the old interval, which may be long: the next heartbeat is due by the new one.
                 if self._thread is not None:
                     self._schedule(self._writer.last_write_at + self._interval_ms / 1000)
 
@@ -127,7 +133,7 @@ class HeartbeatLoop:
                     remaining = (self._next_at or 0) - self._mono()
                     if remaining <= 0:
                         break
-                    self._cond.wait(remaining)
+                    self._cond.wait(wait_s(remaining))
                 if self._stopped:
                     return
                 now = self._mono()

@@ -17,6 +17,7 @@ from .api_client import AbortSignal
 from .errors import FencedError
 from .log import SandboxLogger
 from .protocol import Nudge, new_nudge
+from .timers import wait_event
 from .transcript import Transcript
 
 
@@ -69,7 +70,7 @@ class Nudges:
         off = self.on(take)
         remove = signal.add_listener(lambda _reason: ready.set())
         try:
-            if not ready.wait(timeout):
+            if not wait_event(ready, timeout):
                 raise TimeoutError("no nudge arrived in time")
         finally:
             off()

@@ -1,9 +1,10 @@
 """The sandbox side of the AgentRun protocol as pure functions (operator/sandbox/protocol.ts).
 
-When to heartbeat, what a replayed tool call does, which nudge is new, when this sandbox must
-fence itself, how an approval request is recognised across attempts. The modules around them only
-do I/O; keeping the decisions here, free of threads and sockets, is what lets them be tested
-exhaustively and compared line by line with the TypeScript SDK.
+When to heartbeat, what a replayed tool call does, whether a checkpoint fits, which nudge is new,
+when this sandbox must fence itself, how an approval request is recognised across attempts,
+whether a give-up was a rate limit. The modules around them only do I/O; keeping the decisions
+here, free of threads and sockets, is what lets them be tested exhaustively and compared line by
+line with the TypeScript SDK.
 
 Times are milliseconds (floats), as in the TypeScript SDK, so that the numbers in both read alike.
 """
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Optional, TypedDict, Union
 
 from . import _json
-from .errors import SandboxConfigError
+from .errors import CheckpointTooLargeError, SandboxConfigError
 
 # ---------------------------------------------------------------------------------------------
 # names of the contract (operator/api/annotations.ts, operator/api/agentrun.ts)
@@ -41,6 +42,15 @@ SANDBOX_FIELD_MANAGER = "agent-watchdog-sandbox"
 NOT_CURRENT_SANDBOX = "is not the current sandbox"
 #: The built-in heartbeat timeout (operator/api/defaults.ts).
 DEFAULT_HEARTBEAT_TIMEOUT = "5m"
+#: The largest checkpoint (status.checkpoint as JSON, UTF-8 bytes) a sandbox may write (limits.ts).
+MAX_CHECKPOINT_BYTES = 256 * 1024
+#: The largest sandbox part of status: heartbeat, toolCalls and checkpoint together (limits.ts).
+MAX_SANDBOX_STATUS_BYTES = 512 * 1024
+
+
+def json_bytes(value: Any) -> int:
+    """UTF-8 bytes of a value as JSON (``JSON.stringify``): what the API server stores of it."""
+    return len(_json.dumps(value).encode("utf-8"))
 
 SandboxState = Literal["Planning", "ExecutingTool", "AwaitingReply"]
 ActivityKind = Literal["text", "delta", "toolResult", "userMessage", "noReply", "emptyText"]
@@ -233,14 +243,29 @@ def parse_duration_ms(text: str) -> float:
 # ---------------------------------------------------------------------------------------------
 # heartbeats
 
-#: Heartbeat-only writes are spaced at least a quarter of the timeout apart.
+#: Heartbeat-only writes are spaced a quarter of the timeout apart (up to the ceiling below).
 HEARTBEATS_PER_TIMEOUT = 4
 #: Floor of the heartbeat interval, so that a tiny timeout cannot turn into a write storm.
 MIN_HEARTBEAT_INTERVAL_MS = 100
 
 
+def _quarter_ms(timeout_ms: float) -> float:
+    quarter = timeout_ms / HEARTBEATS_PER_TIMEOUT
+    return math.floor(quarter) if math.isfinite(quarter) else quarter
+
+
+#: Ceiling of the heartbeat interval: the built-in timeout's quarter (75 s), so no run heartbeats
+#: less often than one with the default timeout. A longer timeout makes the watchdog more patient,
+#: not the sandbox quieter: the heartbeat's age stays a live sign for people (kubectl's Heartbeat
+#: column), and a huge timeout ("100000h") never becomes a wait that a thread cannot hold.
+MAX_HEARTBEAT_INTERVAL_MS = _quarter_ms(float((duration_nanos(DEFAULT_HEARTBEAT_TIMEOUT) or 0) // 1_000_000))
+
+
 def heartbeat_interval_ms(timeout_ms: float) -> float:
-    return max(MIN_HEARTBEAT_INTERVAL_MS, math.floor(timeout_ms / HEARTBEATS_PER_TIMEOUT))
+    quarter = _quarter_ms(timeout_ms)
+    if not quarter < MAX_HEARTBEAT_INTERVAL_MS:  # NaN and infinity too
+        return MAX_HEARTBEAT_INTERVAL_MS
+    return max(MIN_HEARTBEAT_INTERVAL_MS, quarter)
 
 
 def _dig(obj: Any, *keys: str) -> Any:
@@ -412,6 +437,38 @@ def decode_result(text: str | None) -> Any:
         return text  # written by someone else as plain text: hand it over as is
 
 
+def newest_call_rate_limited(calls: Sequence[ToolCall], attempt: int) -> bool:
+    """Whether the agent's newest tool call of this attempt failed with HTTP 429. An agent that
+    gives up its attempt right after one gave up because of the rate limit (rule 4): its exit
+    says so."""
+    for call in reversed(calls):
+        if call.get("attempt") == attempt:
+            error = call.get("error")
+            return call.get("state") == "Failed" and isinstance(error, Mapping) and error.get("httpStatus") == 429
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# checkpoints
+
+
+def checkpoint_refusal(part: Mapping[str, Any]) -> CheckpointTooLargeError | None:
+    """Why a checkpoint cannot be written, or None when it fits: ``part`` is the sandbox's part of
+    status as the write would leave it (``heartbeat``, ``toolCalls`` if any, ``checkpoint``). The
+    checkpoint as JSON (with whatever the SDK wraps around it) may be MAX_CHECKPOINT_BYTES, the
+    whole part MAX_SANDBOX_STATUS_BYTES. Raises what the JSON encoding raises (a set, an object):
+    such data cannot be written either."""
+    checkpoint = part["checkpoint"]
+    step = checkpoint.get("step", 0)
+    size = json_bytes(checkpoint)
+    if size > MAX_CHECKPOINT_BYTES:
+        return CheckpointTooLargeError(step, "checkpoint", size, MAX_CHECKPOINT_BYTES)
+    total = json_bytes(part)
+    if total > MAX_SANDBOX_STATUS_BYTES:
+        return CheckpointTooLargeError(step, "sandbox status", total, MAX_SANDBOX_STATUS_BYTES)
+    return None
+
+
 # ---------------------------------------------------------------------------------------------
 # nudges
 
@@ -471,29 +528,26 @@ def fence_reason(status: Any, own_attempt: int) -> str | None:
 
 #: While the agent awaits a reply, its checkpoint carries the request under this key.
 APPROVAL_REQUEST_KEY = "watchdog.dev/approval-request"
+#: Random bytes in a request's key (hex: 32 characters; the protocol allows 64).
+APPROVAL_KEY_BYTES = 16
+MAX_APPROVAL_KEY_CHARS = 64
 
 
 class ApprovalRequest(TypedDict, total=False):
     question: str
     askedAt: str
-    #: The decided approval that stood when the question was asked (an earlier question's answer).
-    supersedes: str
+    #: New and random for every question. The operator copies it into status.approval.requestKey
+    #: when it opens the request: that is how the sandbox knows the request, and its answer, as
+    #: its own. Requests of older SDKs have none, and are never matched.
+    key: str
 
 
 @dataclass(frozen=True)
 class ApprovalOutcome:
-    state: Literal["Pending", "Approved", "Rejected", "TimedOut"]
+    #: Withdrawn: the run left the wait before an answer came; the request is never answered.
+    state: Literal["Pending", "Approved", "Rejected", "TimedOut", "Withdrawn"]
     answer: Optional[str] = None
     reason: Optional[str] = None
-
-
-def approval_fingerprint(approval: Any) -> str | None:
-    """Identifies one decided approval (undefined fields spelled as JavaScript spells them)."""
-    if not isinstance(approval, Mapping) or approval.get("state") in (None, "Pending"):
-        return None
-    requested = approval.get("requestedAt")
-    decided = approval.get("decidedAt")
-    return f"{'undefined' if requested is None else requested}|{'' if decided is None else decided}|{approval.get('state')}"
 
 
 def wrap_approval_checkpoint(step: int, data: Any, request: ApprovalRequest) -> Checkpoint:
@@ -503,25 +557,49 @@ def wrap_approval_checkpoint(step: int, data: Any, request: ApprovalRequest) -> 
     return {"step": step, "data": inner}
 
 
+def _is_key(value: Any) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= MAX_APPROVAL_KEY_CHARS
+
+
 def unwrap_checkpoint(checkpoint: Any) -> tuple[Checkpoint | None, ApprovalRequest | None]:
-    """Splits a checkpoint into the agent's own checkpoint and a pending approval request."""
+    """Splits a checkpoint into the agent's own checkpoint and a pending approval request. Status is
+    anyone's to write: the request is read field by field, and a key that is not one is left out."""
     if not isinstance(checkpoint, Mapping):
         return None, None
     data = checkpoint.get("data")
-    request = data.get(APPROVAL_REQUEST_KEY) if isinstance(data, Mapping) else None
-    if not isinstance(request, Mapping) or not isinstance(request.get("question"), str):
+    found = data.get(APPROVAL_REQUEST_KEY) if isinstance(data, Mapping) else None
+    if not isinstance(found, Mapping) or not isinstance(found.get("question"), str):
         return dict(checkpoint), None  # type: ignore[return-value]
+    asked_at = found.get("askedAt")
+    request: ApprovalRequest = {"question": found["question"], "askedAt": asked_at if isinstance(asked_at, str) else ""}
+    if _is_key(found.get("key")):
+        request["key"] = found["key"]
     inner: Checkpoint = {"step": checkpoint.get("step", 0)}
     if isinstance(data, Mapping) and data.get("data") is not None:
         inner["data"] = data["data"]
-    return inner, dict(request)  # type: ignore[return-value]
+    return inner, request
 
 
-def approval_outcome(approval: Any, request: Mapping[str, Any]) -> ApprovalOutcome:
-    """The answer to a request, if the approval in status is a decision made after it was asked."""
-    if not isinstance(approval, Mapping) or approval.get("state") in (None, "Pending"):
+def _is_own(approval: Any, key: Optional[str]) -> bool:
+    """Whether status.approval is the request the sandbox asked with this key."""
+    return isinstance(approval, Mapping) and key is not None and approval.get("requestKey") == key
+
+
+def opened_request_id(approval: Any, key: Optional[str]) -> Optional[str]:
+    """The id of the request the operator opened for this key, when status.approval shows it open:
+    the sandbox holds on to it, so that no other request's decision is taken for this one's."""
+    if _is_own(approval, key) and approval.get("state") == "Pending" and isinstance(approval.get("id"), str):
+        return approval["id"]
+    return None
+
+
+def approval_outcome(approval: Any, key: Optional[str], request_id: Optional[str] = None) -> ApprovalOutcome:
+    """Where the request stands, by status.approval: its decision if the approval carries its key
+    (and the id it was opened with, ``request_id``, once known), else Pending, for a request not yet
+    opened or one whose decision has not come. A state this SDK does not know is no decision."""
+    if not _is_own(approval, key):
         return ApprovalOutcome("Pending")
-    if approval_fingerprint(approval) == request.get("supersedes"):
+    if request_id is not None and approval.get("id") != request_id:
         return ApprovalOutcome("Pending")
     state = approval.get("state")
     if state == "Approved":
@@ -530,7 +608,9 @@ def approval_outcome(approval: Any, request: Mapping[str, Any]) -> ApprovalOutco
     if state == "Rejected":
         reason = approval.get("reason")
         return ApprovalOutcome("Rejected", reason=reason if isinstance(reason, str) else None)
-    return ApprovalOutcome("TimedOut")
+    if state in ("TimedOut", "Withdrawn"):
+        return ApprovalOutcome(state)
+    return ApprovalOutcome("Pending")
 
 
 JsonObject = dict[str, Any]

@@ -1,6 +1,7 @@
 """Runs an agent's main function under the protocol and turns its end into the pod's exit code
 (runner.ts), which is the final word on the run: 0 completes it, anything else is a crash the
-watchdog handles, and 3 (an unconfirmed side effect) stops it for a person.
+watchdog handles, but for the codes that say why: 3 (an unconfirmed side effect) stops it for a
+person, and 6 (the agent gave up on a rate limit) requeues it with the rate-limit backoff.
 
 Aborting a fenced agent. The TypeScript SDK aborts an AbortSignal and relies on the agent's next
 ``await`` of the SDK to throw. A Python agent blocked in its own code would carry on, so, besides
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 from .errors import ExitCode, FencedError, exit_code_for
+from .protocol import newest_call_rate_limited
 from .sandbox import Sandbox
 
 __all__ = ["run_agent"]
@@ -51,8 +53,8 @@ def run_agent(
     **options: Any,
 ) -> int:
     """Starts a sandbox, runs ``main(sandbox)`` and exits: 0 when ``main`` returns, non-zero when
-    it raises (3 for an unconfirmed side effect, 4 when fenced, 5 when an approval was denied, 2
-    when the environment names no run, 1 otherwise). ``options`` are those of
+    it raises (3 for an unconfirmed side effect, 4 when fenced, 5 when an approval was denied, 6
+    when it gave up on a rate limit, 2 when the environment names no run, 1 otherwise). ``options`` are those of
     :meth:`Sandbox.start`. ``exit`` defaults to ``sys.exit``; with one that returns, the exit code
     is returned."""
     end = exit if exit is not None else sys.exit
@@ -101,6 +103,10 @@ def run_agent(
         # Agent code that stops on the signal raises its own errors; fencing is still the cause.
         if code == ExitCode.FAILED and sandbox.fenced:
             code = ExitCode.FENCED
+        # Giving up right after a rate-limited call is giving up on the rate limit, whatever the
+        # agent raised: the watchdog then waits out the rate-limit backoff instead of a restart's.
+        elif code == ExitCode.FAILED and not isinstance(failure, SystemExit) and newest_call_rate_limited(sandbox.calls, sandbox.attempt):
+            code = ExitCode.RATE_LIMITED
         sandbox.fail(failure, code)
         return int(code)
     except FencedError:

@@ -10,6 +10,7 @@ each part of the protocol lives in its own module:
     approvals.py      asking a person and waiting for the answer, across attempts
     nudges.py         stall nudges from the operator, each delivered once
     run_watch.py      the watch of the run that brings answers, nudges and fencing
+    timers.py         waits threading can hold, whatever a run, a server or a caller asks for
 
 Threads, not asyncio: agent code in Python is mostly synchronous (model SDKs, subprocesses,
 HTTP clients that block), and an SDK that required an event loop would force every agent to be
@@ -284,6 +285,7 @@ class Sandbox:
             attempt=self.attempt,
             log=self._log,
             on_gone=lambda: self._fence("the run was deleted"),
+            tool_calls=list(status.get("toolCalls") or []),
         )
         self._heartbeat = HeartbeatLoop(
             writer=self._writer,
@@ -371,7 +373,8 @@ class Sandbox:
     @property
     def pending_approval(self) -> Optional[ResumedApproval]:
         """The approval request an earlier attempt was waiting on when it ended, and where it
-        stands; ``await_approval()`` returns its answer without asking again."""
+        stands; ``await_approval()`` of the same question returns its answer without asking
+        again."""
         found = self._approvals.pending
         return ResumedApproval(found[0], found[1]) if found else None
 
@@ -489,7 +492,11 @@ class Sandbox:
     @_sdk_call
     def save_checkpoint(self, step: int, data: Any = None) -> None:
         """Commits a checkpoint; returns once the API server has it. Later tool calls key on
-        step+1. ``data`` must be JSON (it is copied now, so later changes do not leak in)."""
+        step+1. ``data`` must be JSON (it is copied now, so later changes do not leak in). A
+        checkpoint too large for the run's status (256 KiB as JSON, or 512 KiB for the sandbox's
+        whole part of status with the tool records) raises CheckpointTooLargeError at once, and
+        nothing is written. One the API server refuses raises its ApiError; either way the last
+        committed checkpoint, and its step, stand."""
         self._assert_open()
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"a checkpoint step is an integer >= 0, not {step!r}")
@@ -499,8 +506,12 @@ class Sandbox:
 
             checkpoint["data"] = json.loads(_json.dumps(data))
         self.progress()
-        self._checkpoints.hold(checkpoint)
-        self._writer.write().result()
+        restore = self._checkpoints.hold(checkpoint)
+        try:
+            self._writer.write().result()
+        except BaseException:
+            restore()
+            raise
 
     @_sdk_call
     def tool(
@@ -523,9 +534,10 @@ class Sandbox:
 
     @_sdk_call
     def request_approval(self, question: str, checkpoint: Optional[Mapping[str, Any]] = None) -> PendingApproval:
-        """Asks a person: saves a checkpoint with the question (``checkpoint``: ``{"step", "data"}``
-        to save with it, default the current one), reports AwaitingReply and returns once the API
-        server has it. If an earlier attempt asked already, takes up that question instead."""
+        """Asks a person: saves a checkpoint with the question and a new key (``checkpoint``:
+        ``{"step", "data"}`` to save with it, default the current one), reports AwaitingReply and
+        returns once the API server has it. If an earlier attempt asked the same question, takes
+        up that request instead (a different question is a new request)."""
         self._assert_open()
         return self._approvals.request(question, dict(checkpoint) if checkpoint is not None else None)
 

@@ -8,8 +8,12 @@ write carries the heartbeat with this sandbox's attempt, so every write is a sig
 admission can fence stale attempts by looking at one field.
 
 Callers get a ``Future`` that resolves once a write including their change is acknowledged by the
-API server; a write that fails for a transient reason is retried with backoff, without limit,
-because giving up would lose a tool record or a checkpoint.
+API server. A write that fails for a reason that passes (the network, a 5xx, a 429 with its
+Retry-After) is retried with backoff, without limit, because giving up would lose a tool record or
+a checkpoint. One the server refuses for what it carries (422 Invalid, 400, 413, etcd's "request is
+too large") is never tried again: whoever waited on it (the call that saved a checkpoint or
+recorded a tool call) learns why, the refused content is dropped, and the heartbeats after it go
+out as usual.
 """
 
 from __future__ import annotations
@@ -22,13 +26,17 @@ from concurrent.futures import Future
 from typing import Any, Optional
 
 from . import _json
-from .api_client import RETRY, SandboxApi, api_error_code, is_not_found, is_transient
+from .api_client import RETRY, SandboxApi, api_error_code, is_not_found, is_transient, retry_after_s
 from .errors import FencedError
 from .log import SandboxLogger
 from .protocol import NOT_CURRENT_SANDBOX, SANDBOX_FIELD_MANAGER, Checkpoint, SandboxState, ToolCall, iso_now
+from .timers import wait_s
 
 #: How long after start a refusal for not being the run's current pod is taken as "not yet".
 FENCING_GRACE_S = 30.0
+#: The longest Retry-After honoured: the writer looks again at least this often, since every
+#: retry also carries the heartbeat.
+MAX_RETRY_AFTER_S = 60.0
 
 _UNSET: Any = object()
 
@@ -42,6 +50,7 @@ class StatusWriter:
         attempt: int,
         log: SandboxLogger,
         on_gone: Callable[[], None],
+        tool_calls: Optional[list[ToolCall]] = None,
         started_at: float | None = None,
         wall: Callable[[], float] = time.time,
         mono: Callable[[], float] = time.monotonic,
@@ -59,7 +68,8 @@ class StatusWriter:
 
         self._cond = threading.Condition()
         # what the next write reports, and what of it changed since the last one
-        self._tool_calls: list[ToolCall] = []
+        #: At start, the records status holds: what the sandbox's part of status already carries.
+        self._tool_calls: list[ToolCall] = list(tool_calls or [])
         self._checkpoint: Optional[Checkpoint] = None
         self._dirty_tool_calls = False
         self._dirty_checkpoint = False
@@ -96,6 +106,15 @@ class StatusWriter:
         with self._cond:
             self._checkpoint = checkpoint
             self._dirty_checkpoint = True
+
+    def status_with(self, checkpoint: Checkpoint) -> dict[str, Any]:
+        """The sandbox's part of status as a write of everything held now, with ``checkpoint``,
+        leaves it."""
+        with self._cond:
+            part: dict[str, Any] = {"heartbeat": self._heartbeat(self._state, self._activity), "checkpoint": checkpoint}
+            if self._tool_calls:
+                part["toolCalls"] = self._tool_calls
+            return part
 
     def set_activity(self, activity: dict[str, str]) -> None:
         with self._cond:
@@ -181,7 +200,7 @@ class StatusWriter:
                     if self._retry_at is not None:
                         remaining = self._retry_at - self._mono()
                         if remaining > 0:
-                            self._cond.wait(remaining)
+                            self._cond.wait(wait_s(remaining))
                             continue
                         self._retry_at = None
                     if not self._active:
@@ -200,10 +219,7 @@ class StatusWriter:
                 sent_activity = self._activity
                 sent_state = self._state
                 heartbeat_only = not sent_tool_calls and not sent_checkpoint and sent_activity is _UNSET and sent_state == self._sent_state
-                heartbeat: dict[str, Any] = {"time": iso_now(self._wall()), "attempt": self._attempt, "state": sent_state}
-                if sent_activity is not _UNSET:
-                    heartbeat["activity"] = sent_activity
-                status: dict[str, Any] = {"heartbeat": heartbeat}
+                status: dict[str, Any] = {"heartbeat": self._heartbeat(sent_state, sent_activity)}
                 if sent_tool_calls:
                     status["toolCalls"] = self._tool_calls
                 if sent_checkpoint:
@@ -248,8 +264,10 @@ class StatusWriter:
                     gone = True
                 elif unsendable or not self._retryable(error):
                     # The server refused this content; sending it again would fail the same way.
-                    # Whoever waited for it learns why; changes made since go out with the next write.
-                    self._log.error("status write rejected", err=str(error))
+                    # Whoever waited for it learns why; what it carried is dropped (it was taken
+                    # out above), and changes made since go out with the next write, as do the
+                    # heartbeats.
+                    self._log.error("status write refused; not retried", err=str(error), carried={"toolCalls": sent_tool_calls, "checkpoint": sent_checkpoint})
                     self._sent_state = sent_state
                     self._reject(error, up_to)
                     continue
@@ -259,12 +277,20 @@ class StatusWriter:
                     self._dirty_checkpoint = self._dirty_checkpoint or sent_checkpoint
                     if self._activity is _UNSET:
                         self._activity = sent_activity
-                    self._log.warn("status write failed; retrying", err=str(error), retryInMs=int(self._retry_s * 1000))
-                    self._retry_at = self._mono() + self._retry_s
+                    # A server that says when to come back is not asked sooner.
+                    delay = max(self._retry_s, min(MAX_RETRY_AFTER_S, retry_after_s(error) or 0.0))
+                    self._log.warn("status write failed; retrying", err=str(error), retryInMs=int(delay * 1000))
+                    self._retry_at = self._mono() + delay
                     self._retry_s = min(RETRY["max"], self._retry_s * 2)
                     continue
             if gone:
                 self._on_gone()  # fences this writer, among others; outside the lock
+
+    def _heartbeat(self, state: str, activity: Any) -> dict[str, Any]:
+        heartbeat: dict[str, Any] = {"time": iso_now(self._wall()), "attempt": self._attempt, "state": state}
+        if activity is not _UNSET:
+            heartbeat["activity"] = activity
+        return heartbeat
 
     def _retryable(self, err: BaseException) -> bool:
         """Besides transient errors: admission refuses a sandbox whose pod the run does not name

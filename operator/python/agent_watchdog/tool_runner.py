@@ -205,6 +205,11 @@ class ToolRunner:
         except BaseException:
             with self._lock:
                 self._running -= 1
+                # The tool never ran: a Started record left in the list would go out with the
+                # next write and tell the watchdog and the next attempt of a call whose outcome
+                # is unknown.
+                self._calls = [c for c in self._calls if c.get("id") != call_id]
+                self._writer.set_tool_calls(self._calls)
             self._state_changed()
             raise
         if decision.kind == "rerun":

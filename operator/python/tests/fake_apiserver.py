@@ -4,9 +4,10 @@ It serves one AgentRun the way kube-apiserver serves it to a sandbox: a JSON GET
 list of the collection by field selector, a JSON merge patch (application/merge-patch+json only)
 of .../agentruns/<name>/status that changes nothing but status, and a watch
 (?watch=true&fieldSelector=metadata.name%3D<name>) that streams newline-delimited JSON events,
-chunked, from the resourceVersion asked for. Hooks hold or fail writes, fail reads, drop watches,
-and play the operator's side (changes to status) so that tests can drive the protocol through a
-real socket and the SDK's real HTTP client. Optionally over TLS, with client certificates.
+chunked, from the resourceVersion asked for. Hooks hold, fail or refuse writes, fail reads, drop
+watches, and play the operator's side (changes to status, and by default its reconcile of each
+sandbox write: see _reconcile) so that tests can drive the protocol through a real socket and the
+SDK's real HTTP client. Optionally over TLS, with client certificates.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Optional
 
 BASE = "/apis/watchdog.dev/v1alpha1/namespaces"
+APPROVAL_REQUEST_KEY = "watchdog.dev/approval-request"
+#: The phases in which the phase mirrors what the sandbox reports.
+ACTIVE_PHASES = ("Starting", "Planning", "ExecutingTool", "AwaitingReply")
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -79,8 +83,13 @@ class FakeApiServer:
         self.events: list[tuple[int, str, dict[str, Any]]] = []
         #: When set, each write waits until the event is set.
         self.hold: Optional[threading.Event] = None
-        #: (code, body) the next writes fail with, in order.
-        self.failures: list[tuple[int, Any]] = []
+        #: (code, body) or (code, body, headers) the next writes fail with, in order.
+        self.failures: list[tuple[Any, ...]] = []
+        #: A server that refuses some content every time: (code, body) for a patch it refuses.
+        self.refuse: Optional[Callable[[dict[str, Any]], Optional[tuple[int, Any]]]] = None
+        #: Whether each sandbox write is followed by the operator's reconcile of it (_reconcile).
+        self.reconciles = True
+        self._requests_opened = 0
         #: (code, body) the next reads of the run fail with, in order.
         self.read_failures: list[tuple[int, Any]] = []
         #: Called with the Authorization header; returns False to answer 401.
@@ -135,6 +144,41 @@ class FakeApiServer:
         with self.cond:
             self._apply({"status": status_patch})
 
+    def _reconcile(self) -> None:
+        """The operator's part in what the sandbox reads back, after a write of the current
+        attempt: in an active phase the phase mirrors the state the sandbox reports; entering
+        AwaitingReply opens a new request (a new id, with the question and key of the checkpoint's
+        request), unless the request still pending has that key; leaving it while the request is
+        pending withdraws the request. Called with the lock held."""
+        status = self.run.get("status") or {}
+        heartbeat = status.get("heartbeat") or {}
+        phase, state = status.get("phase"), heartbeat.get("state")
+        if not self.reconciles or heartbeat.get("attempt") != status.get("attempt") or phase not in ACTIVE_PHASES or state == phase:
+            return
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        patch: dict[str, Any] = {"phase": state}
+        approval = status.get("approval") or {}
+        if state == "AwaitingReply":
+            data = (status.get("checkpoint") or {}).get("data")
+            asked = data.get(APPROVAL_REQUEST_KEY) if isinstance(data, dict) else None
+            asked = asked if isinstance(asked, dict) else {}
+            if not (approval.get("state") == "Pending" and asked.get("key") and approval.get("requestKey") == asked.get("key")):
+                self._requests_opened += 1
+                patch["approval"] = {
+                    "id": f"req-{self._requests_opened}",
+                    "state": "Pending",
+                    "question": asked.get("question"),
+                    "requestKey": asked.get("key"),
+                    "attempt": status.get("attempt"),
+                    "requestedAt": now,
+                    "answer": None,
+                    "reason": None,
+                    "decidedAt": None,
+                }
+        elif phase == "AwaitingReply" and approval.get("state") == "Pending":
+            patch["approval"] = {"state": "Withdrawn", "decidedAt": now}
+        self._apply({"status": patch})
+
     def delete(self) -> None:
         with self.cond:
             self.deleted = True
@@ -185,11 +229,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- helpers -----------------------------------------------------------------------------------
 
-    def _send_json(self, code: int, body: Any) -> None:
+    def _send_json(self, code: int, body: Any, headers: Optional[dict[str, str]] = None) -> None:
         data = json.dumps(body).encode("utf-8")
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
 
@@ -319,6 +365,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         with fake.cond:
             failure = fake.failures.pop(0) if fake.failures else None
+            if failure is None and fake.refuse is not None:
+                failure = fake.refuse(patch)
             if failure is None and not fake.deleted:
                 fake.patches.append(copy.deepcopy(patch))
                 fake.patch_queries.append(query)
@@ -326,9 +374,10 @@ class _Handler(BaseHTTPRequestHandler):
                 fake.content_types.append(content_type)
                 # the status subresource changes status only
                 obj = fake._apply({"status": patch.get("status") if isinstance(patch.get("status"), dict) else {}})
+                fake._reconcile()
             deleted = fake.deleted
         if failure is not None:
-            self._send_json(failure[0], failure[1])
+            self._send_json(failure[0], failure[1], failure[2] if len(failure) > 2 else None)
         elif deleted:
             self._send_json(404, status_body(404, "NotFound", f'agentruns.watchdog.dev "{fake.name}" not found'))
         else:

@@ -30,7 +30,7 @@ class ExampleAgentTest(unittest.TestCase):
         self.addCleanup(fake.stop)
         return fake
 
-    def process(self, fake: FakeApiServer, attempt: int = 1) -> subprocess.CompletedProcess[str]:
+    def process(self, fake: FakeApiServer, attempt: int = 1, **extra: str) -> subprocess.CompletedProcess[str]:
         kubeconfig = {
             "clusters": [{"name": "fake", "cluster": {"server": fake.url}}],
             "users": [{"name": "sandbox", "user": {"token": "t"}}],
@@ -46,6 +46,7 @@ class ExampleAgentTest(unittest.TestCase):
             "AGENT_WATCHDOG_KUBECONFIG_JSON": json.dumps(kubeconfig),
             "EXAMPLE_REPORT_DIR": self.dir,
             "PYTHONDONTWRITEBYTECODE": "1",
+            **extra,
         }
         return subprocess.run([sys.executable, EXAMPLE], env=env, capture_output=True, text=True, timeout=60)
 
@@ -92,6 +93,17 @@ class ExampleAgentTest(unittest.TestCase):
         done = self.process(fake, attempt=2)
         self.assertEqual(done.returncode, 3, done.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.dir, "report.txt")))
+
+    def test_rate_limited_it_exits_6_after_the_429_and_a_later_attempt_completes(self) -> None:
+        fake = self.fake()
+        one = self.process(fake, EXAMPLE_BEHAVIOUR="rate-limited", EXAMPLE_RETRY_AFTER_SECONDS="2")
+        self.assertEqual(one.returncode, 6, one.stderr)
+        [call] = fake.status["toolCalls"]
+        self.assertEqual((call["name"], call["state"], call["error"]["httpStatus"], call["error"]["retryAfterSeconds"]), ("call_model", "Failed", 429, 2))
+        fake.operator({"attempt": 2, "phase": "Starting"})
+        two = self.process(fake, attempt=2, EXAMPLE_BEHAVIOUR="rate-limited")
+        self.assertEqual(two.returncode, 0, two.stderr)
+        self.assertEqual(fake.status["heartbeat"]["activity"]["kind"], "text")
 
     def test_outside_a_sandbox_it_exits_2(self) -> None:
         done = subprocess.run([sys.executable, EXAMPLE], env={"PATH": os.environ.get("PATH", ""), "HOME": self.dir, "PYTHONDONTWRITEBYTECODE": "1"}, capture_output=True, text=True, timeout=60)

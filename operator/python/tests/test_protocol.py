@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import math
 import os
 import re
 import unittest
@@ -22,22 +23,31 @@ from agent_watchdog import (
     exit_code_for,
     identity_from_env,
 )
-from agent_watchdog.errors import parse_retry_after
+from agent_watchdog.api_client import ApiError, is_transient, retry_after_s
+from agent_watchdog.errors import CheckpointTooLargeError, is_rate_limit_error, parse_retry_after
 from agent_watchdog.protocol import (
+    MAX_CHECKPOINT_BYTES,
+    MAX_HEARTBEAT_INTERVAL_MS,
+    MAX_SANDBOX_STATUS_BYTES,
     NOT_CURRENT_SANDBOX,
-    approval_fingerprint,
     approval_outcome,
+    checkpoint_refusal,
     duration_nanos,
     effective_heartbeat_timeout_ms,
     fence_reason,
     heartbeat_decision,
     heartbeat_interval_ms,
+    json_bytes,
     new_nudge,
+    newest_call_rate_limited,
+    parse_duration_ms,
+    opened_request_id,
     replay_decision,
     unwrap_checkpoint,
     upsert_call,
     wrap_approval_checkpoint,
 )
+from agent_watchdog.timers import MAX_WAIT_S, wait_s
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
@@ -62,6 +72,7 @@ class SharedNamesTest(unittest.TestCase):
         for key, ts_key in (("run_name", "runName"), ("run_namespace", "runNamespace"), ("attempt", "attempt")):
             self.assertIn(f'{ts_key}: "{SANDBOX_ENV[key]}"', source)
         self.assertRegex(source, rf"unconfirmedSideEffect: {int(ExitCode.UNCONFIRMED_SIDE_EFFECT)},")
+        self.assertRegex(source, rf"rateLimited: {int(ExitCode.RATE_LIMITED)},")
 
     def test_exit_codes_match_errors_ts(self) -> None:
         source = ts_source("operator/sandbox/errors.ts")
@@ -70,11 +81,35 @@ class SharedNamesTest(unittest.TestCase):
         block = source[source.index("export const EXIT_CODES") :]
         block = block[: block.index("} as const")]
         ts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^\s+(\w+): (\d+),", block, re.M)}
-        ts["unconfirmedSideEffect"] = int(ExitCode.UNCONFIRMED_SIDE_EFFECT)  # defined in annotations.ts
-        expected = {"completed": 0, "failed": 1, "config": 2, "unconfirmedSideEffect": 3, "fenced": 4, "approvalDenied": 5}
+        # Defined in annotations.ts (checked above), taken from there by name.
+        for name, code in (("unconfirmedSideEffect", ExitCode.UNCONFIRMED_SIDE_EFFECT), ("rateLimited", ExitCode.RATE_LIMITED)):
+            self.assertRegex(block, re.compile(rf"^\s+{name}: SANDBOX_EXIT_CODES\.{name},", re.M))
+            ts[name] = int(code)
+        expected = {"completed": 0, "failed": 1, "config": 2, "unconfirmedSideEffect": 3, "fenced": 4, "approvalDenied": 5, "rateLimited": 6}
         self.assertEqual(ts, expected)
-        py = {"completed": "completed", "failed": "failed", "config": "config", "unconfirmedSideEffect": "unconfirmed_side_effect", "fenced": "fenced", "approvalDenied": "approval_denied"}
+        py = {
+            "completed": "completed",
+            "failed": "failed",
+            "config": "config",
+            "unconfirmedSideEffect": "unconfirmed_side_effect",
+            "fenced": "fenced",
+            "approvalDenied": "approval_denied",
+            "rateLimited": "rate_limited",
+        }
         self.assertEqual({k: int(EXIT_CODES[v]) for k, v in py.items()}, expected)
+
+    def test_size_limits_match_limits_ts(self) -> None:
+        source = ts_source("operator/api/limits.ts")
+        if source is None:
+            self.skipTest("operator/api/limits.ts is not beside this package")
+
+        def ts_value(name: str) -> int:
+            m = re.search(rf"export const {name} = ([\d_ *]+);", source)
+            assert m is not None, f"{name} is not a product of numbers in limits.ts"
+            return math.prod(int(factor.replace("_", "")) for factor in m.group(1).split("*"))
+
+        self.assertEqual((ts_value("MAX_CHECKPOINT_BYTES"), ts_value("MAX_SANDBOX_STATUS_BYTES")), (MAX_CHECKPOINT_BYTES, MAX_SANDBOX_STATUS_BYTES))
+        self.assertIn("utf8.encode(JSON.stringify(value)).length", source)  # what json_bytes counts too
 
     def test_exit_code_for(self) -> None:
         self.assertEqual(exit_code_for(UnconfirmedSideEffectError({"name": "t", "id": "a1-1"})), 3)
@@ -82,6 +117,31 @@ class SharedNamesTest(unittest.TestCase):
         self.assertEqual(exit_code_for(ApprovalDeniedError("Rejected")), 5)
         self.assertEqual(exit_code_for(SandboxConfigError("x")), 2)
         self.assertEqual(exit_code_for(RuntimeError("x")), 1)
+        self.assertEqual(exit_code_for(ToolError("429 Too Many Requests", http_status=429)), 6)
+
+    def test_a_rate_limit_is_a_tool_error_with_429_raised_or_wrapped(self) -> None:
+        limited = ToolError("slow down", http_status=429)
+        try:
+            try:
+                raise limited
+            except ToolError as err:
+                raise RuntimeError("the model gave up") from err
+        except RuntimeError as err:
+            wrapped = err
+        self.assertTrue(is_rate_limit_error(wrapped))
+        try:
+            try:
+                raise limited
+            except ToolError:
+                raise RuntimeError("while handling it")  # noqa: B904 - implicit chaining on purpose
+        except RuntimeError as err:
+            implicit = err
+        self.assertTrue(is_rate_limit_error(implicit))
+        self.assertFalse(is_rate_limit_error(ToolError("down", http_status=503)))
+        self.assertFalse(is_rate_limit_error(RuntimeError("x")))
+        cycle = RuntimeError("a")
+        cycle.__context__ = cycle
+        self.assertFalse(is_rate_limit_error(cycle))
 
 
 class IdentityTest(unittest.TestCase):
@@ -116,6 +176,19 @@ class DurationAndHeartbeatTest(unittest.TestCase):
         self.assertEqual(effective_heartbeat_timeout_ms({"status": {"watchdog": {"heartbeatTimeout": "bogus"}}}), 300_000)
         self.assertEqual(heartbeat_interval_ms(300_000), 75_000)
         self.assertEqual(heartbeat_interval_ms(200), 100)
+
+    def test_heartbeats_at_least_as_often_as_with_the_default_timeout(self) -> None:
+        self.assertEqual(MAX_HEARTBEAT_INTERVAL_MS, 75_000)
+        self.assertEqual(heartbeat_interval_ms(600_000), 75_000)
+        self.assertEqual(heartbeat_interval_ms(parse_duration_ms("100000h")), 75_000)
+        self.assertEqual(heartbeat_interval_ms(float("inf")), 75_000)
+        self.assertEqual(heartbeat_interval_ms(float("nan")), 75_000)
+
+    def test_waits_a_thread_can_hold(self) -> None:
+        self.assertEqual(MAX_WAIT_S, 2_147_483.647)
+        self.assertEqual(wait_s(1e12), MAX_WAIT_S)
+        self.assertEqual(wait_s(float("inf")), MAX_WAIT_S)
+        self.assertEqual((wait_s(1.5), wait_s(-1), wait_s(float("nan")), wait_s(None)), (1.5, 0.0, 0.0, None))
 
     def test_decision(self) -> None:
         base = dict(last_write_at=1000, interval_ms=1000, last_progress_at=1500, progress_timeout_ms=4000, waiting_for_input=False)
@@ -175,21 +248,101 @@ class FencingNudgesApprovalsTest(unittest.TestCase):
         self.assertIsNone(new_nudge(stall, "2026-11-30T12:00:01.500Z"))
         self.assertIsNotNone(new_nudge(stall, "2026-11-30T12:00:00.999Z"))
 
-    def test_approval_requests(self) -> None:
-        earlier = {"state": "Approved", "requestedAt": "2026-11-30T11:00:00Z", "decidedAt": "2026-11-30T11:00:10Z", "answer": "yes"}
-        request = {"question": "Q?", "askedAt": "2026-11-30T12:00:00.000Z", "supersedes": approval_fingerprint(earlier)}
-        self.assertEqual(request["supersedes"], "2026-11-30T11:00:00Z|2026-11-30T11:00:10Z|Approved")
-        self.assertEqual(approval_outcome(earlier, request).state, "Pending")  # an earlier question's answer
-        later = {**earlier, "requestedAt": "2026-11-30T12:00:01Z", "answer": "go"}
-        self.assertEqual(approval_outcome(later, request).answer, "go")
-        self.assertEqual(approval_outcome({"state": "Rejected", "requestedAt": "x", "reason": "no"}, {}).reason, "no")
-        self.assertEqual(approval_outcome({"state": "TimedOut", "requestedAt": "x"}, {}).state, "TimedOut")
+    def test_approval_requests_in_the_checkpoint(self) -> None:
+        request = {"question": "Q?", "askedAt": "2026-11-30T12:00:00.000Z", "key": "k1"}
         wrapped = wrap_approval_checkpoint(2, {"v": 2}, request)
-        self.assertEqual(wrapped["data"]["watchdog.dev/approval-request"]["question"], "Q?")
+        self.assertEqual(wrapped["data"]["watchdog.dev/approval-request"], request)
         inner, found = unwrap_checkpoint(wrapped)
         self.assertEqual(inner, {"step": 2, "data": {"v": 2}})
         self.assertEqual(found, request)
         self.assertEqual(unwrap_checkpoint({"step": 1, "data": {"x": 1}}), ({"step": 1, "data": {"x": 1}}, None))
+        # someone else's request, read field by field: no key that is not one, nothing of older SDKs
+        asked = lambda fields: unwrap_checkpoint({"step": 1, "data": {"watchdog.dev/approval-request": fields}})[1]  # noqa: E731
+        self.assertEqual(asked({"question": "Q?", "askedAt": "t", "supersedes": "old"}), {"question": "Q?", "askedAt": "t"})
+        self.assertEqual(asked({"question": "Q?", "key": 42}), {"question": "Q?", "askedAt": ""})
+        self.assertEqual(asked({"question": "Q?", "key": "k" * 65}), {"question": "Q?", "askedAt": ""})
+        self.assertIsNone(asked({"question": 7}))
+
+    def test_approval_outcomes_by_key_and_id(self) -> None:
+        def request(**over: object) -> dict:
+            return {"id": "req-1", "state": "Pending", "requestKey": "k1", "requestedAt": "2026-11-30T12:00:00Z", **over}
+
+        self.assertEqual(opened_request_id(request(), "k1"), "req-1")
+        self.assertIsNone(opened_request_id(request(requestKey="k2"), "k1"))
+        self.assertIsNone(opened_request_id(request(state="Approved"), "k1"))
+        self.assertIsNone(opened_request_id(request(), None))
+        self.assertEqual(approval_outcome(None, "k1").state, "Pending")
+        self.assertEqual(approval_outcome(request(), "k1", "req-1").state, "Pending")
+        self.assertEqual(approval_outcome(request(state="Approved", answer="ship it"), "k1", "req-1").answer, "ship it")
+        self.assertEqual(approval_outcome(request(state="Rejected", reason="no"), "k1", "req-1").reason, "no")
+        self.assertEqual(approval_outcome(request(state="TimedOut"), "k1", "req-1").state, "TimedOut")
+        self.assertEqual(approval_outcome(request(state="Withdrawn"), "k1", "req-1").state, "Withdrawn")
+        # decided before the sandbox saw it open: its key says whose it is
+        self.assertEqual(approval_outcome(request(state="Approved", answer="yes"), "k1").answer, "yes")
+        # never another request's decision, asked however close in time
+        self.assertEqual(approval_outcome(request(id="req-0", requestKey="k0", state="Approved"), "k1").state, "Pending")
+        self.assertEqual(approval_outcome(request(id="req-2", state="Approved"), "k1", "req-1").state, "Pending")
+        self.assertEqual(approval_outcome(request(requestKey=None, state="Approved"), None).state, "Pending")
+        self.assertEqual(approval_outcome(request(state="Dancing"), "k1").state, "Pending")
+
+
+class SizesAndRateLimitsTest(unittest.TestCase):
+    HEARTBEAT = {"time": "2026-11-30T12:00:00.000Z", "attempt": 1, "state": "Planning"}
+
+    def sized(self, size: int, char: str = "x") -> dict:
+        """A checkpoint whose JSON is exactly ``size`` bytes: {"step":1,"data":"xxx…"}."""
+        return {"step": 1, "data": char * ((size - len('{"step":1,"data":""}')) // len(char.encode()))}
+
+    def test_json_bytes_are_utf8_bytes_of_javascripts_json(self) -> None:
+        self.assertEqual(json_bytes({"a": "é😀", "n": 1.0}), len('{"a":"é😀","n":1}'.encode()))
+        self.assertEqual(json_bytes({"lone": "\ud800"}), len('{"lone":"\\ud800"}'))
+
+    def test_a_checkpoint_up_to_the_limit_fits_and_one_byte_more_is_refused(self) -> None:
+        self.assertIsNone(checkpoint_refusal({"heartbeat": self.HEARTBEAT, "checkpoint": self.sized(MAX_CHECKPOINT_BYTES)}))
+        refusal = checkpoint_refusal({"heartbeat": self.HEARTBEAT, "checkpoint": self.sized(MAX_CHECKPOINT_BYTES + 1)})
+        assert refusal is not None
+        self.assertIsInstance(refusal, CheckpointTooLargeError)
+        self.assertEqual((refusal.what, refusal.step, refusal.size, refusal.limit), ("checkpoint", 1, MAX_CHECKPOINT_BYTES + 1, MAX_CHECKPOINT_BYTES))
+        self.assertEqual(str(refusal), f"the checkpoint of step 1 is {MAX_CHECKPOINT_BYTES + 1} bytes as JSON, over the limit of {MAX_CHECKPOINT_BYTES} bytes; nothing was written")
+        euros = self.sized(MAX_CHECKPOINT_BYTES + 1, "€")
+        self.assertEqual(getattr(checkpoint_refusal({"heartbeat": self.HEARTBEAT, "checkpoint": euros}), "size", None), MAX_CHECKPOINT_BYTES + 1)
+
+    def test_the_sandboxs_whole_part_of_status_is_bounded_too(self) -> None:
+        calls = [{"id": f"a1-{i}", "name": "t", "argsHash": "h", "state": "Succeeded", "attempt": 1, "result": "r" * 8000} for i in range(50)]
+        checkpoint = self.sized(200 * 1024)
+        self.assertIsNone(checkpoint_refusal({"heartbeat": self.HEARTBEAT, "checkpoint": checkpoint}))
+        part = {"heartbeat": self.HEARTBEAT, "toolCalls": calls, "checkpoint": checkpoint}
+        refusal = checkpoint_refusal(part)
+        assert refusal is not None
+        self.assertEqual((refusal.what, refusal.size, refusal.limit), ("sandbox status", json_bytes(part), MAX_SANDBOX_STATUS_BYTES))
+
+    def test_the_newest_call_of_this_attempt_says_whether_a_give_up_was_a_rate_limit(self) -> None:
+        def failed(id: str, attempt: int, status: int | None) -> dict:
+            return {"id": id, "attempt": attempt, "state": "Failed", "error": {"message": "x", **({} if status is None else {"httpStatus": status})}}
+
+        ok = {"id": "a2-2", "attempt": 2, "state": "Succeeded"}
+        self.assertTrue(newest_call_rate_limited([ok, failed("a2-3", 2, 429)], 2))
+        self.assertFalse(newest_call_rate_limited([failed("a2-1", 2, 429), ok], 2))
+        self.assertFalse(newest_call_rate_limited([failed("a1-1", 1, 429)], 2))
+        self.assertTrue(newest_call_rate_limited([failed("a2-1", 2, 429), failed("a1-9", 1, 500)], 2))
+        self.assertFalse(newest_call_rate_limited([failed("a2-1", 2, 503), failed("a2-2", 2, None)], 2))
+        self.assertFalse(newest_call_rate_limited([], 1))
+
+    def test_status_writes_the_server_refuses_for_good_are_not_retried(self) -> None:
+        def err(code: int, message: str = "", retry_after: str | None = None, body: dict | None = None) -> ApiError:
+            return ApiError("PATCH", "/x", code, body or {"message": message}, retry_after)
+
+        for code in (401, 408, 409, 429, 500, 503):
+            self.assertTrue(is_transient(err(code)), code)
+        for code in (400, 403, 404, 413, 422):
+            self.assertFalse(is_transient(err(code)), code)
+        self.assertTrue(is_transient(ConnectionResetError()))
+        self.assertFalse(is_transient(err(500, "etcdserver: request is too large")))
+        self.assertTrue(is_transient(err(500, "etcdserver: leader changed")))
+        self.assertEqual(retry_after_s(err(429, retry_after="3")), 3.0)
+        self.assertEqual(retry_after_s(err(429, body={"details": {"retryAfterSeconds": 2}})), 2.0)
+        self.assertIsNone(retry_after_s(err(429, body={"details": {"retryAfterSeconds": "soon"}})))
+        self.assertIsNone(retry_after_s(ConnectionResetError()))
 
 
 class DescribeFailureTest(unittest.TestCase):

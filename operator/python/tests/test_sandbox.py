@@ -16,6 +16,7 @@ from agent_watchdog import (
     ApiClient,
     ApiError,
     ApprovalDeniedError,
+    CheckpointTooLargeError,
     ClusterConfig,
     ExitCode,
     FencedError,
@@ -30,6 +31,7 @@ from agent_watchdog import (
     run_agent,
 )
 
+from agent_watchdog.protocol import MAX_CHECKPOINT_BYTES, MAX_SANDBOX_STATUS_BYTES, json_bytes
 from fake_apiserver import FakeApiServer, status_body
 from ts_fixtures import KEY_CASES
 
@@ -266,6 +268,60 @@ class HeartbeatTest(SandboxTestCase):
         eventually(lambda: sandbox.stats().heartbeat_interval_s == 10, what="the new interval")
         self.assertEqual(sandbox.stats().heartbeat_timeout_s, 40)
 
+    def test_a_huge_heartbeat_timeout_neither_stops_nor_floods_the_heartbeats(self) -> None:
+        fake = self.fake({"watchdog": {"heartbeatTimeout": "100000h"}})
+        sandbox = self.start(fake)
+        self.assertEqual((sandbox.stats().heartbeat_timeout_s, sandbox.stats().heartbeat_interval_s), (360_000_000, 75))
+        # A wait past threading.TIMEOUT_MAX raises OverflowError, which would end the heartbeat thread.
+        for timeout in (1e12, float("inf")):
+            huge = self.start(self.fake(), heartbeat_timeout=timeout)
+            time.sleep(0.2)
+            self.assertTrue(huge._heartbeat._thread is not None and huge._heartbeat._thread.is_alive(), timeout)  # noqa: SLF001
+            self.assertEqual(huge.stats().heartbeat_interval_s, 75)
+        time.sleep(0.3)
+        self.assertEqual([p for p in fake.patches if heartbeat_only(p)], [])
+
+    def test_waits_as_long_as_asked_however_long(self) -> None:
+        fake = self.fake()
+        sandbox = self.start(fake)
+        pending = sandbox.request_approval("Q?")
+        waits = [
+            Background(lambda: sandbox.next_nudge(timeout=1e12)),
+            Background(lambda: sandbox.signal.wait(float("inf"))),
+            Background(lambda: sandbox.wait_for_approval(pending, timeout=1e12)),
+        ]
+        time.sleep(0.3)
+        self.assertEqual([w.done for w in waits], [False, False, False])  # no OverflowError
+        fake.operator({"attempt": 2})
+        with self.assertRaises(FencedError):
+            waits[0].join()
+        self.assertTrue(waits[1].join())
+        with self.assertRaises(FencedError):
+            waits[2].join()
+
+    def test_heartbeats_by_a_new_shorter_timeout_at_once_not_after_the_old_interval(self) -> None:
+        fake = self.fake({"watchdog": {"heartbeatTimeout": "10m"}})  # interval 75 s
+        sandbox = self.start(fake)
+        time.sleep(0.3)
+        self.assertEqual([p for p in fake.patches if heartbeat_only(p)], [])
+        changed = time.monotonic()
+        fake.operator({"watchdog": {"heartbeatTimeout": "400ms"}})  # interval 100 ms, due since the first write
+        while time.monotonic() < changed + 1.0 and not any(heartbeat_only(p) for p in fake.patches):
+            sandbox.progress()
+            time.sleep(0.02)
+        beats = [t for p, t in zip(fake.patches, fake.patch_times) if heartbeat_only(p)]
+        self.assertTrue(beats, "no heartbeat after the timeout changed")
+        self.assertLess(beats[0] - changed, 0.9)
+
+    def test_waits_out_the_retry_after_of_a_429_before_writing_again(self) -> None:
+        fake = self.fake()
+        sandbox = self.start(fake)
+        fake.failures.append((429, status_body(429, "TooManyRequests", "too many requests"), {"Retry-After": "1"}))
+        began = time.monotonic()
+        sandbox.say("hello")
+        self.assertGreaterEqual(time.monotonic() - began, 0.95)
+        self.assertEqual(fake.status["heartbeat"]["activity"]["kind"], "text")
+
     def test_retries_a_failed_write_and_reports_a_refused_one(self) -> None:
         fake = self.fake()
         sandbox = self.start(fake)
@@ -279,6 +335,101 @@ class HeartbeatTest(SandboxTestCase):
         self.assertEqual(caught.exception.code, 422)
         sandbox.say("after")  # the next change goes out as usual
         self.assertEqual(fake.status["heartbeat"]["activity"]["kind"], "text")
+
+
+class RefusedWriteTest(SandboxTestCase):
+    """Writes the server refuses for good: never retried, the call fails, heartbeats go on."""
+
+    REFUSALS = (
+        (422, status_body(422, "Invalid", "status.checkpoint.data: Invalid value")),
+        (500, status_body(500, "InternalError", "etcdserver: request is too large")),
+    )
+
+    def test_the_call_that_saved_the_checkpoint_fails_the_last_one_stands_and_heartbeats_go_on(self) -> None:
+        for code, body in self.REFUSALS:
+            with self.subTest(code=code):
+                fake = self.fake({"watchdog": {"heartbeatTimeout": "400ms"}})
+
+                def refuse(patch: dict[str, Any], refusal: tuple[int, Any] = (code, body)) -> Optional[tuple[int, Any]]:
+                    return refusal if ((patch["status"].get("checkpoint") or {}).get("data") or {}).get("big") else None
+
+                fake.refuse = refuse  # every time
+                sandbox = self.start(fake)
+                sandbox.save_checkpoint(1, {"small": True})
+                saving = Background(lambda: sandbox.save_checkpoint(2, {"big": "x" * 1000}))
+                with self.assertRaises(ApiError) as caught:
+                    saving.join(timeout=3)
+                self.assertEqual(caught.exception.code, code)
+                self.assertIn(f"{code} {body['reason']} {body['message']}", str(caught.exception))
+                self.assertEqual(sandbox.load_checkpoint(), {"step": 1, "data": {"small": True}})
+                self.assertEqual(sandbox.step, 2)
+                count = len(fake.patches)
+                end = time.monotonic() + 0.8
+                while time.monotonic() < end:
+                    sandbox.progress()
+                    time.sleep(0.02)
+                self.assertGreaterEqual(len([p for p in fake.patches[count:] if heartbeat_only(p)]), 2)
+                self.assertEqual(fake.status["checkpoint"], {"step": 1, "data": {"small": True}})
+
+    def test_a_tool_call_whose_started_record_is_refused_fails_without_running_and_the_next_calls_are_recorded(self) -> None:
+        fake = self.fake()
+        sandbox = self.start(fake)
+        fake.failures.append((422, status_body(422, "Invalid", "status.toolCalls[0].name: Too long")))
+        ran: list[Any] = []
+        with self.assertRaisesRegex(ApiError, "422 Invalid status.toolCalls"):
+            sandbox.tool("x" * 300, {}, lambda a, c: ran.append(a))
+        self.assertEqual(ran, [])
+        outcome = sandbox.tool("lookup", {"q": 1}, lambda a, c: "found", idempotent=True)
+        self.assertTrue(outcome.ok)
+        # Never a Started record of a call that never ran: the watchdog would take it for one in flight.
+        self.assertEqual([(c["name"], c["state"]) for c in fake.status["toolCalls"]], [("lookup", "Succeeded")])
+        self.assertEqual([c["name"] for c in sandbox.calls], ["lookup"])
+
+
+class CheckpointSizeTest(SandboxTestCase):
+    def test_a_checkpoint_over_the_limit_is_refused_at_the_call_and_heartbeats_go_on(self) -> None:
+        fake = self.fake({"watchdog": {"heartbeatTimeout": "400ms"}})
+        sandbox = self.start(fake)
+        sandbox.save_checkpoint(1, {"notes": ["a"]})
+        count = len(fake.patches)
+        data = {"notes": ["a", "x" * MAX_CHECKPOINT_BYTES]}
+        with self.assertRaises(CheckpointTooLargeError) as caught:
+            sandbox.save_checkpoint(2, data)
+        size = json_bytes({"step": 2, "data": data})
+        self.assertEqual(str(caught.exception), f"the checkpoint of step 2 is {size} bytes as JSON, over the limit of {MAX_CHECKPOINT_BYTES} bytes; nothing was written")
+        self.assertEqual((caught.exception.what, caught.exception.size, caught.exception.limit), ("checkpoint", size, MAX_CHECKPOINT_BYTES))
+        self.assertEqual(sandbox.load_checkpoint(), {"step": 1, "data": {"notes": ["a"]}})
+        self.assertEqual(sandbox.step, 2)
+        end = time.monotonic() + 0.6
+        while time.monotonic() < end:
+            sandbox.progress()
+            time.sleep(0.02)
+        later = fake.patches[count:]
+        self.assertTrue(later and all(heartbeat_only(p) for p in later))
+
+    def test_counts_utf8_bytes_not_characters(self) -> None:
+        sandbox = self.start(self.fake())
+        with self.assertRaises(CheckpointTooLargeError):
+            sandbox.save_checkpoint(1, "€" * (MAX_CHECKPOINT_BYTES // 3 + 1))  # a third of the limit in characters
+
+    def test_a_checkpoint_that_would_make_the_sandboxs_part_of_status_too_large_is_refused(self) -> None:
+        fake = self.fake()
+        sandbox = self.start(fake, max_tool_calls=40)
+        for i in range(40):
+            sandbox.tool("read", {"i": i}, lambda a, c: "r" * 9000, idempotent=True)  # 8 KiB each, saved
+        with self.assertRaisesRegex(CheckpointTooLargeError, f"over the limit of {MAX_SANDBOX_STATUS_BYTES} bytes"):
+            sandbox.save_checkpoint(1, "x" * (200 * 1024))
+        self.assertNotIn("checkpoint", fake.status)
+        sandbox.save_checkpoint(1, "x" * (100 * 1024))  # what fits beside them is written
+        self.assertEqual(fake.status["checkpoint"]["step"], 1)
+
+    def test_counts_the_question_wrapped_around_the_data_when_asking_for_approval(self) -> None:
+        fake = self.fake({"phase": "Planning"})
+        sandbox = self.start(fake)
+        with self.assertRaises(CheckpointTooLargeError):
+            sandbox.request_approval("Deploy?", {"step": 1, "data": "x" * (MAX_CHECKPOINT_BYTES - 100)})
+        self.assertNotIn("AwaitingReply", [p["status"]["heartbeat"]["state"] for p in fake.patches])
+        self.assertIsNone(sandbox.load_checkpoint())
 
 
 class ToolCallTest(SandboxTestCase):
@@ -581,55 +732,164 @@ class FencingTest(SandboxTestCase):
 
 
 class ApprovalTest(SandboxTestCase):
-    def test_asks_with_a_checkpoint_reports_awaiting_reply_and_returns_the_answer(self) -> None:
+    KEY = "watchdog.dev/approval-request"
+
+    def asked_key(self, fake: FakeApiServer) -> str:
+        return fake.status["checkpoint"]["data"][self.KEY]["key"]
+
+    def asked(self, fake: FakeApiServer) -> list[dict[str, Any]]:
+        return [p for p in fake.patches if p["status"]["heartbeat"]["state"] == "AwaitingReply"]
+
+    def awaiting(self, fake: FakeApiServer, count: int = 1) -> None:
+        fake.wait_for(lambda: len(self.asked(fake)) >= count and (fake.run["status"].get("approval") or {}).get("state") == "Pending", what="the request")
+
+    def decide(self, fake: FakeApiServer, **approval: Any) -> None:
+        fake.operator({"approval": {"decidedAt": "2026-11-30T12:00:00Z", **approval}})
+
+    def resumed_run(self, **approval: Any) -> FakeApiServer:
+        """A run an earlier attempt left waiting on "Deploy?" under key k1, and where req-1 stands."""
+        return self.fake({
+            "attempt": 2,
+            "approval": {"id": "req-1", "requestKey": "k1", "question": "Deploy?", "attempt": 1, "requestedAt": "2026-11-30T11:59:00Z", **approval},
+            "checkpoint": {"step": 1, "data": {self.KEY: {"question": "Deploy?", "askedAt": "2026-11-30T11:58:59Z", "key": "k1"}, "data": {"v": 2}}},
+        })
+
+    def test_asks_with_a_checkpoint_and_a_new_key_reports_awaiting_reply_and_returns_the_answer(self) -> None:
         fake = self.fake({"phase": "Planning"})
         sandbox = self.start(fake)
         answer = Background(lambda: sandbox.await_approval("Deploy?", {"step": 2, "data": {"v": 2}}))
-        fake.wait_for(lambda: fake.run["status"]["heartbeat"]["state"] == "AwaitingReply", what="AwaitingReply")
+        self.awaiting(fake)
         checkpoint = fake.status["checkpoint"]
         self.assertEqual(checkpoint["step"], 2)
         self.assertEqual(checkpoint["data"]["data"], {"v": 2})
-        self.assertEqual(checkpoint["data"]["watchdog.dev/approval-request"]["question"], "Deploy?")
-        fake.operator({"phase": "AwaitingReply", "approval": {"id": "req-1", "state": "Pending", "requestedAt": "2026-11-30T12:00:00Z"}})
+        self.assertEqual(checkpoint["data"][self.KEY]["question"], "Deploy?")
+        self.assertRegex(self.asked_key(fake), r"^[0-9a-f]{32}$")
+        approval = fake.status["approval"]
+        self.assertEqual((approval["id"], approval["question"], approval["requestKey"]), ("req-1", "Deploy?", self.asked_key(fake)))
         time.sleep(0.3)
         self.assertFalse(answer.done)
-        fake.operator({"approval": {"state": "Approved", "answer": "go", "decidedAt": "2026-11-30T12:00:10Z"}})
+        self.decide(fake, state="Approved", answer="go")
         self.assertEqual(answer.join(), "go")
         self.assertEqual(fake.status["heartbeat"]["state"], "Planning")
         self.assertEqual(sandbox.load_checkpoint(), {"step": 2, "data": {"v": 2}})
 
-    def test_in_a_new_attempt_answers_from_the_approval_found_at_start_without_asking_again(self) -> None:
-        fake = self.fake({
-            "attempt": 2,
-            "approval": {"id": "req-1", "state": "Approved", "requestedAt": "2026-11-30T11:59:00Z", "decidedAt": "2026-11-30T11:59:59Z", "answer": "ship it"},
-            "checkpoint": {"step": 1, "data": {"watchdog.dev/approval-request": {"question": "Deploy?", "askedAt": "2026-11-30T11:58:59Z"}, "data": {"v": 2}}},
-        })
+    def test_gets_its_own_answer_to_each_of_two_requests_asked_and_answered_within_one_second(self) -> None:
+        fake = self.fake({"phase": "Planning"})
+        sandbox = self.start(fake)
+        began = time.monotonic()
+        first = Background(lambda: sandbox.await_approval("Deploy?"))
+        self.awaiting(fake)
+        first_key = self.asked_key(fake)
+        self.decide(fake, state="Approved", answer="yes, deploy")
+        self.assertEqual(first.join(), "yes, deploy")
+        second = Background(lambda: sandbox.await_approval("Migrate the database?"))
+        self.awaiting(fake, 2)
+        self.assertNotEqual(self.asked_key(fake), first_key)
+        self.assertEqual(fake.status["approval"]["id"], "req-2")
+        self.decide(fake, state="Approved", answer="yes, migrate")  # decidedAt: the same second
+        self.assertEqual(second.join(), "yes, migrate")
+        self.assertLess(time.monotonic() - began, 5)
+
+    def test_never_settles_on_the_decision_of_another_request(self) -> None:
+        fake = self.fake({"phase": "Planning"})
+        sandbox = self.start(fake)
+        answer = Background(lambda: sandbox.await_approval("Deploy?"))
+        self.awaiting(fake)
+        key = self.asked_key(fake)
+        self.decide(fake, id="req-0", requestKey="someone-else", state="Approved", answer="not yours")
+        self.decide(fake, id="req-7", requestKey=key, state="Approved", answer="another request's")
+        self.decide(fake, id="req-8", requestKey=None, state="Rejected", reason="not yours either")
+        time.sleep(0.5)
+        self.assertFalse(answer.done)
+        self.decide(fake, id="req-1", requestKey=key, state="Approved", answer="yours", reason=None)
+        self.assertEqual(answer.join(), "yours")
+
+    def test_in_a_new_attempt_answers_the_same_question_from_the_approval_found_at_start_without_asking_again(self) -> None:
+        fake = self.resumed_run(state="Approved", decidedAt="2026-11-30T11:59:59Z", answer="ship it")
         sandbox = self.start(fake, attempt=2)
         pending = sandbox.pending_approval
         assert pending is not None
         self.assertEqual((pending.question, pending.outcome.state, pending.outcome.answer), ("Deploy?", "Approved", "ship it"))
         self.assertEqual(sandbox.load_checkpoint(), {"step": 1, "data": {"v": 2}})
         self.assertEqual(sandbox.await_approval("Deploy?", {"step": 1, "data": {"v": 2}}), "ship it")
-        self.assertNotIn("AwaitingReply", [p["status"]["heartbeat"]["state"] for p in fake.patches])
+        self.assertEqual(self.asked(fake), [])
 
-    def test_does_not_take_the_answer_to_an_earlier_question(self) -> None:
-        earlier = {"id": "req-1", "state": "Approved", "requestedAt": "2026-11-30T11:59:00Z", "decidedAt": "2026-11-30T11:59:10Z", "answer": "yes to the first"}
-        fake = self.fake({"phase": "Planning", "approval": earlier})
+    def test_in_a_new_attempt_asks_anew_when_the_first_question_is_a_different_one(self) -> None:
+        fake = self.resumed_run(state="Approved", decidedAt="2026-11-30T11:59:59Z", answer="ship it")
+        sandbox = self.start(fake, attempt=2)
+        answer = Background(lambda: sandbox.await_approval("Delete the old index?"))
+        self.awaiting(fake)
+        time.sleep(0.2)
+        self.assertFalse(answer.done)  # not "ship it": that answers "Deploy?"
+        self.assertEqual(fake.status["checkpoint"]["data"][self.KEY]["question"], "Delete the old index?")
+        self.assertNotEqual(self.asked_key(fake), "k1")
+        self.assertEqual(fake.status["approval"]["question"], "Delete the old index?")
+        self.decide(fake, state="Approved", answer="yes, delete it")
+        self.assertEqual(answer.join(), "yes, delete it")
+        self.assertIsNone(sandbox.pending_approval)  # the resumed request was dropped
+
+    def test_in_a_new_attempt_waits_on_the_request_still_pending_under_its_key(self) -> None:
+        fake = self.resumed_run(state="Pending")
+        sandbox = self.start(fake, attempt=2)
+        sandbox.save_checkpoint(1, {"v": 3})  # a checkpoint of the agent's own replaces the one with the question
+        answer = Background(lambda: sandbox.await_approval("Deploy?"))
+        fake.wait_for(lambda: len(self.asked(fake)) == 1, what="AwaitingReply")
+        checkpoint = self.asked(fake)[0]["status"].get("checkpoint")
+        assert checkpoint is not None
+        self.assertEqual((checkpoint["data"][self.KEY]["key"], checkpoint["data"]["data"]), ("k1", {"v": 3}))
+        self.assertEqual((fake.status["approval"]["id"], fake.status["approval"]["state"]), ("req-1", "Pending"))  # the same request
+        self.decide(fake, state="Approved", answer="go")
+        self.assertEqual(answer.join(), "go")
+
+    def test_asks_again_under_a_new_key_when_the_request_it_resumes_was_withdrawn(self) -> None:
+        fake = self.resumed_run(state="Withdrawn", decidedAt="2026-11-30T11:59:59Z")
+        sandbox = self.start(fake, attempt=2)
+        pending = sandbox.pending_approval
+        assert pending is not None
+        self.assertEqual(pending.outcome.state, "Withdrawn")
+        answer = Background(lambda: sandbox.await_approval("Deploy?"))
+        self.awaiting(fake)
+        self.assertNotEqual(self.asked_key(fake), "k1")
+        self.assertEqual(fake.status["approval"]["requestKey"], self.asked_key(fake))
+        self.decide(fake, state="Approved", answer="go")
+        self.assertEqual(answer.join(), "go")
+
+    def test_asks_again_under_a_new_key_when_its_request_is_withdrawn_while_it_waits(self) -> None:
+        fake = self.fake({"phase": "Planning"})
         sandbox = self.start(fake)
-        pending = sandbox.request_approval("Second question?")
-        self.assertEqual(fake.status["heartbeat"]["state"], "AwaitingReply")
-        with self.assertRaises(TimeoutError):
-            sandbox.wait_for_approval(pending, timeout=0.5)
-        fake.operator({"phase": "AwaitingReply", "approval": {"id": "req-2", "state": "Pending", "requestedAt": "2026-11-30T12:00:05Z", "answer": None, "decidedAt": None}})
-        fake.operator({"approval": {"state": "Approved", "answer": "yes to the second", "decidedAt": "2026-11-30T12:00:06Z"}})
-        self.assertEqual(sandbox.wait_for_approval(pending, timeout=10), "yes to the second")
+        answer = Background(lambda: sandbox.await_approval("Deploy?"))
+        self.awaiting(fake)
+        first = self.asked_key(fake)
+        self.decide(fake, state="Withdrawn")
+        self.awaiting(fake, 2)
+        # It left the wait (so the operator saw it), then asked again.
+        states = [p["status"]["heartbeat"]["state"] for p in fake.patches]
+        self.assertEqual(states[-3:], ["AwaitingReply", "Planning", "AwaitingReply"])
+        self.assertNotEqual(self.asked_key(fake), first)
+        self.assertEqual((fake.status["approval"]["id"], fake.status["approval"]["requestKey"]), ("req-2", self.asked_key(fake)))
+        self.decide(fake, state="Approved", answer="go")
+        self.assertEqual(answer.join(), "go")
 
-    def test_waits_for_the_operator_to_close_the_previous_request_before_asking(self) -> None:
+    def test_asks_an_older_sdks_request_without_a_key_again(self) -> None:
+        fake = self.fake({
+            "attempt": 2,
+            "approval": {"id": "req-0", "state": "Approved", "requestedAt": "2026-11-30T11:59:00Z", "decidedAt": "2026-11-30T11:59:59Z", "answer": "whose?"},
+            "checkpoint": {"step": 1, "data": {self.KEY: {"question": "Deploy?", "askedAt": "2026-11-30T11:58:59Z", "supersedes": "x"}}},
+        })
+        sandbox = self.start(fake, attempt=2)
+        answer = Background(lambda: sandbox.await_approval("Deploy?"))
+        self.awaiting(fake)
+        self.decide(fake, state="Approved", answer="this one's")
+        self.assertEqual(answer.join(), "this one's")
+
+    def test_waits_for_the_operator_to_see_it_leave_the_previous_wait_before_asking(self) -> None:
         fake = self.fake({"phase": "AwaitingReply"})
+        fake.reconciles = False  # an operator that has not caught up yet
         sandbox = self.start(fake)
         asked = Background(lambda: sandbox.request_approval("Next?"))
         time.sleep(0.3)
         self.assertFalse(asked.done)
+        self.assertEqual(self.asked(fake), [])
         fake.operator({"phase": "Planning"})
         asked.join()
         self.assertEqual(fake.status["heartbeat"]["state"], "AwaitingReply")
@@ -638,8 +898,8 @@ class ApprovalTest(SandboxTestCase):
         fake = self.fake({"phase": "Planning"})
         sandbox = self.start(fake)
         answer = Background(lambda: sandbox.await_approval("Deploy?"))
-        fake.wait_for(lambda: fake.run["status"]["heartbeat"]["state"] == "AwaitingReply", what="AwaitingReply")
-        fake.operator({"phase": "Failed", "approval": {"state": "Rejected", "requestedAt": "2026-11-30T12:00:00Z", "reason": "not today", "decidedAt": "2026-11-30T12:00:01Z"}})
+        self.awaiting(fake)
+        fake.operator({"phase": "Failed", "approval": {"state": "Rejected", "reason": "not today", "decidedAt": "2026-11-30T12:00:01Z"}})
         with self.assertRaisesRegex(ApprovalDeniedError, "approval rejected: not today"):
             answer.join()
 
@@ -647,7 +907,7 @@ class ApprovalTest(SandboxTestCase):
 
         def main(s: Sandbox) -> None:
             pending = s.request_approval("Deploy?")
-            other.operator({"phase": "Failed", "approval": {"state": "Rejected", "requestedAt": "2026-11-30T12:00:00Z", "decidedAt": "2026-11-30T12:00:00Z"}})
+            other.operator({"phase": "Failed", "approval": {"state": "Rejected", "decidedAt": "2026-11-30T12:00:00Z"}})
             s.wait_for_approval(pending)
 
         code, exits = self.run_agent(other, main)
@@ -657,8 +917,7 @@ class ApprovalTest(SandboxTestCase):
         fake = self.fake({"phase": "Planning"})
         sandbox = self.start(fake)
         answer = Background(lambda: sandbox.await_approval("Deploy?"))
-        fake.wait_for(lambda: fake.run["status"]["heartbeat"]["state"] == "AwaitingReply", what="AwaitingReply")
-        fake.operator({"phase": "AwaitingReply", "approval": {"state": "Pending", "requestedAt": "2026-11-30T12:00:00Z"}})
+        self.awaiting(fake)
         fake.operator({"attempt": 2, "phase": "AwaitingReply"})  # released: the next attempt gets the answer
         with self.assertRaises(FencedError):
             answer.join()
@@ -678,6 +937,43 @@ class EndingTest(SandboxTestCase):
         self.assertEqual(self.run_agent(self.fake(), boom), (ExitCode.FAILED, [1]))
         self.assertEqual(self.run_agent(self.fake(), lambda s: exit(7)), (7, [7]))
         self.assertEqual(self.run_agent(self.fake(), lambda s: exit(0)), (0, [0]))
+
+    def test_exits_6_when_the_agent_gives_up_right_after_a_call_failed_with_429(self) -> None:
+        def rate_limited(args: Any, ctx: Any) -> None:
+            raise ToolError("429 Too Many Requests", http_status=429, retry_after_seconds=5)
+
+        def gives_up(s: Sandbox) -> None:
+            outcome = s.tool("call_model", {"prompt": "hi"}, rate_limited, idempotent=True)
+            if not outcome.ok:
+                raise RuntimeError("giving up this attempt")
+
+        self.assertEqual(self.run_agent(self.fake(), gives_up), (ExitCode.RATE_LIMITED, [6]))
+
+        def wraps(s: Sandbox) -> None:
+            try:
+                rate_limited(None, None)
+            except ToolError as err:
+                raise RuntimeError("the model gave up") from err
+
+        self.assertEqual(self.run_agent(self.fake(), wraps), (ExitCode.RATE_LIMITED, [6]))
+
+    def test_exits_1_when_the_rate_limited_call_is_not_this_attempts_newest(self) -> None:
+        def rate_limited(args: Any, ctx: Any) -> None:
+            raise ToolError("429 Too Many Requests", http_status=429)
+
+        def main(s: Sandbox) -> None:
+            s.tool("call_model", {"prompt": "hi"}, rate_limited, idempotent=True)
+            s.tool("call_model", {"prompt": "again"}, lambda a, c: "answered", idempotent=True)
+            raise RuntimeError("something else went wrong")
+
+        self.assertEqual(self.run_agent(self.fake(), main), (ExitCode.FAILED, [1]))
+        # An earlier attempt's 429 is not this attempt's reason to give up.
+        earlier = self.fake({"attempt": 2, "toolCalls": [{"id": "a1-1", "name": "call_model", "argsHash": "h", "state": "Failed", "attempt": 1, "error": {"message": "429", "httpStatus": 429}}]})
+
+        def boom(s: Sandbox) -> None:
+            raise RuntimeError("boom")
+
+        self.assertEqual(self.run_agent(earlier, boom, attempt=2), (ExitCode.FAILED, [1]))
 
     def test_exits_2_outside_a_sandbox(self) -> None:
         exits: list[int] = []

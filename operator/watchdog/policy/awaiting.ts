@@ -1,8 +1,12 @@
-// Approval waits (rule 11). AwaitingReply is never hung. Each request gets a new id; only an answer
-// naming it counts (answers.ts). After releaseAwaitingAfter the pod is given back without spending
-// a restart, and the answer starts a new sandbox that resumes from the checkpoint; approvalTimeout
-// fails the run.
-import { ANNOTATIONS, ANSWER_ANNOTATIONS } from "../../api/annotations.ts";
+// Approval waits (rule 11). AwaitingReply is never hung. Each request gets a new id, and records
+// the question and the key the sandbox gave it (from its checkpoint), so that the approver answers
+// what was asked and the sandbox knows its own request; only an answer naming the id counts
+// (answers.ts). After releaseAwaitingAfter the pod is given back without spending a restart, and
+// an approval starts a new sandbox that resumes from the checkpoint, also when the approval came
+// before the release and the old sandbox had not read it yet; approvalTimeout fails the run. A
+// request ends when the run leaves the wait (withdrawn, see decide.ts).
+import type { ApprovalStatus } from "../../api/agentrun.ts";
+import { ANNOTATIONS, ANSWER_ANNOTATIONS, APPROVAL_REQUEST_KEY } from "../../api/annotations.ts";
 import { formatDuration } from "../../api/duration.ts";
 import { requestId } from "../answers.ts";
 import { toMillis, type PodView } from "../observe.ts";
@@ -15,7 +19,7 @@ function failed(view: RunView, reason: string, message: string, pod: PodView | u
   return {
     summary: `failed: ${reason}`,
     phase: { phase: "Failed", reason, message },
-    set: { approval, completionTime: isoSeconds(view.now), podName: undefined, podUID: undefined, nodeName: undefined },
+    set: { approval, completionTime: isoSeconds(view.now), podName: undefined, podUID: undefined, nodeName: undefined, podGracePeriodSeconds: undefined },
     deletions: deletionOf(pod, false),
     events: [event("Warning", reason, "Fail", message)],
   };
@@ -26,7 +30,8 @@ function settle(view: RunView, next: OperatorStatus, pod: PodView | undefined): 
   const approval = next.approval;
   if (!approval || approval.state !== "Pending") return {};
   const consume = [...ANSWER_ANNOTATIONS].filter((key) => view.run.metadata.annotations?.[key] !== undefined);
-  const answer = view.answer;
+  // Only an answer to this very request: one read against a request this decision replaced is not.
+  const answer = view.answer?.requestId === approval.id ? view.answer : undefined;
   if (answer?.kind === "reject") {
     const outcome = failed(view, REASONS.rejected, `the request was rejected: ${answer.reason}`, pod, { ...approval, state: "Rejected", reason: answer.reason, decidedAt: isoSeconds(view.now) });
     return { outcome: { ...outcome, consume } };
@@ -52,15 +57,27 @@ function settle(view: RunView, next: OperatorStatus, pod: PodView | undefined): 
   return {};
 }
 
+/** The question and key of the request the sandbox's checkpoint carries, if any (sandbox data: checked, and cut to the CRD's limits later). */
+function askedRequest(view: RunView): Pick<ApprovalStatus, "question" | "requestKey"> {
+  const data = view.status.checkpoint?.data;
+  const request = data && typeof data === "object" && !Array.isArray(data) ? (data as Record<string, unknown>)[APPROVAL_REQUEST_KEY] : undefined;
+  if (!request || typeof request !== "object") return {};
+  const { question, key } = request as { question?: unknown; key?: unknown };
+  return { ...(typeof question === "string" ? { question } : {}), ...(typeof key === "string" && key ? { requestKey: key } : {}) };
+}
+
 /** The sandbox is alive and awaiting a reply. */
 export function awaiting(view: RunView, next: OperatorStatus, pod: PodView): Outcome {
   // A new request when the sandbox starts awaiting: a new id, so that no earlier answer fits it.
   // (While it still reports AwaitingReply after an answer, it has not read the answer yet: the SDK
-  // reports Planning before it can ask again.)
+  // reports Planning before it can ask again.) A sandbox that waits again on the request still
+  // pending under its key keeps that request.
   let current = next;
   let opened: Outcome = { summary: "" };
-  if (view.status.phase !== "AwaitingReply" || !next.approval) {
-    const approval = { id: requestId(attemptOf(next), view.now), state: "Pending" as const, requestedAt: isoSeconds(view.now) };
+  const asked = askedRequest(view);
+  const samePending = next.approval?.state === "Pending" && asked.requestKey !== undefined && next.approval.requestKey === asked.requestKey;
+  if ((view.status.phase !== "AwaitingReply" || !next.approval) && !samePending) {
+    const approval: ApprovalStatus = { id: requestId(attemptOf(next), view.now), state: "Pending", ...asked, attempt: attemptOf(next), requestedAt: isoSeconds(view.now) };
     opened = {
       summary: `awaiting a reply to request ${approval.id}`,
       set: { approval },
@@ -90,6 +107,16 @@ export function awaiting(view: RunView, next: OperatorStatus, pod: PodView): Out
 
 /** Awaiting a reply with the pod released: nothing runs until the answer comes. */
 export function released(view: RunView, next: OperatorStatus): Outcome {
+  if (next.approval?.state === "Approved") {
+    // Approved before the pod was released, and not read by the sandbox that asked: the answer
+    // goes to a new sandbox, which finds it in status.approval under its request's key.
+    return {
+      summary: "approved before the sandbox was released; resuming in a new sandbox",
+      phase: { phase: "Queued", reason: REASONS.approved, message: `approved; attempt ${attemptOf(next)} resumes from the checkpoint` },
+      set: { retryAfter: undefined },
+      then: "queued",
+    };
+  }
   const settled = settle(view, next, undefined);
   if (settled.approved && settled.outcome) {
     return merge(settled.outcome, {

@@ -1,6 +1,9 @@
 // How an attempt ends when its sandbox failed (rules 2-5, 10): the run is requeued with backoff,
-// or with the rate-limit backoff when its newest call was throttled (spending no restart), or it
-// stops for a person when the allowance is spent or a non-idempotent call's outcome is unknown.
+// or it stops for a person when the allowance is spent or a non-idempotent call's outcome is
+// unknown. A crash or a hang spends a restart whatever the last call was: a rate limit cannot
+// hide one. Only an attempt that gave up on a rate limit (the SDK's rate-limited exit, with the
+// throttled call on record) is requeued with the rate-limit backoff instead, spending no restart
+// but an allowance of its own, so that a quota exhausted for good still ends with a person.
 // Also the two ways every failure path ends: requeue and needsHuman.
 import type { FailureRecord, Heartbeat } from "../../api/agentrun.ts";
 import { ANNOTATIONS } from "../../api/annotations.ts";
@@ -24,7 +27,7 @@ export function failureRecord(view: RunView, next: OperatorStatus, reason: strin
 
 /** The status of a run whose attempt has ended: the next sandbox is a new attempt. */
 export function endedAttempt(next: OperatorStatus): Partial<OperatorStatus> {
-  return { attempt: attemptOf(next) + 1, podName: undefined, podUID: undefined, nodeName: undefined, stall: { ...DISARMED } };
+  return { attempt: attemptOf(next) + 1, podName: undefined, podUID: undefined, nodeName: undefined, podGracePeriodSeconds: undefined, stall: { ...DISARMED } };
 }
 
 /** The pod goes: a kill when the watchdog stops a sandbox, a clean-up otherwise. */
@@ -48,7 +51,7 @@ export function needsHuman(view: RunView, next: OperatorStatus, reason: Interven
   return {
     summary: `needs human intervention: ${reason}`,
     phase: { phase: "NeedsHumanIntervention", reason, message },
-    set: { podName: undefined, podUID: undefined, nodeName: undefined, lastFailure: failureRecord(view, next, cause ?? reason, message) },
+    set: { podName: undefined, podUID: undefined, nodeName: undefined, podGracePeriodSeconds: undefined, lastFailure: failureRecord(view, next, cause ?? reason, message) },
     deletions: deletionOf(pod, true),
     events: [event("Warning", reason, "Escalate", `${message}; the run needs a person (annotate ${ANNOTATIONS.resume} to resume)`)],
     metrics: [{ kind: "needsHuman", reason }],
@@ -72,13 +75,6 @@ export function attemptFailed(view: RunView, next: OperatorStatus, cause: Restar
       needsHuman(view, next, REASONS.unconfirmedSideEffect, `${message}; the non-idempotent call ${unconfirmed.name} (${unconfirmed.id}) was started and its outcome is unknown`, pod, cause),
     );
   }
-  const newest = newestCurrentCall(view.status.toolCalls, hb, attemptOf(next));
-  if (isRateLimited(newest)) {
-    const n = (next.rateLimitRequeues ?? 0) + 1;
-    const delay = rateLimitDelay(view.settings.rateLimitBackoff, n, newest.error?.retryAfterSeconds);
-    const outcome = requeue(view, next, REASONS.rateLimited, `${message}; the last call to ${newest.name} was rate limited (HTTP 429)`, delay, pod, kill);
-    return withKill({ ...outcome, set: { ...outcome.set, rateLimitRequeues: n } });
-  }
   const restarts = (next.restarts ?? 0) + 1;
   const max = view.settings.maxRestarts;
   if (restarts > max) {
@@ -86,4 +82,24 @@ export function attemptFailed(view: RunView, next: OperatorStatus, cause: Restar
   }
   const outcome = requeue(view, next, cause, message, backoffDelay(view.settings.backoff, restarts), pod, kill);
   return withKill({ ...outcome, set: { ...outcome.set, restarts, rateLimitRequeues: 0 } });
+}
+
+/**
+ * The sandbox gave its attempt up on a rate limit (rule 4): it exited with the rate-limited code
+ * and its newest call of this attempt failed with HTTP 429. Requeued with the rate-limit backoff
+ * (the call's Retry-After wins), spending no restart; past maxRateLimitRequeues in a row, a
+ * person must look (the quota may be gone for good). Anything else is a crash.
+ */
+export function rateLimitedExit(view: RunView, next: OperatorStatus, message: string, pod: PodView): Outcome | undefined {
+  const newest = newestCurrentCall(view.status.toolCalls, heartbeatOf(view), attemptOf(next));
+  if (!isRateLimited(newest)) return undefined;
+  const n = (next.rateLimitRequeues ?? 0) + 1;
+  const max = view.settings.maxRateLimitRequeues;
+  const throttled = `${message}; the last call to ${newest.name} was rate limited (HTTP 429)`;
+  if (n > max) {
+    return needsHuman(view, next, REASONS.rateLimitRequeuesExhausted, `${throttled}, and the run was requeued for rate limits ${max} time${max === 1 ? "" : "s"} in a row`, pod, REASONS.rateLimited);
+  }
+  const delay = rateLimitDelay(view.settings.rateLimitBackoff, n, newest.error?.retryAfterSeconds);
+  const outcome = requeue(view, next, REASONS.rateLimited, throttled, delay, pod, false);
+  return { ...outcome, set: { ...outcome.set, rateLimitRequeues: n } };
 }

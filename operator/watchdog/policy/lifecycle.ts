@@ -2,6 +2,7 @@
 // (spec.suspend), resume (watchdog.dev/resume, rule 8), and the clean-up of a run that needs a
 // person or has finished.
 import { ANNOTATIONS } from "../../api/annotations.ts";
+import { cutToCodePoints } from "../../api/limits.ts";
 import { hasWork } from "../observe.ts";
 import { event, type Outcome, type OperatorStatus } from "../outcome.ts";
 import { REASONS } from "../reasons.ts";
@@ -39,15 +40,30 @@ export function suspension(view: RunView, next: OperatorStatus): Outcome | undef
 }
 
 /**
- * A new watchdog.dev/resume value. Recorded in any phase, so that it cannot fire later by surprise;
- * acted on only in NeedsHumanIntervention: fresh budgets and a new attempt from the checkpoint.
+ * The resume token as status keeps it: its first 256 characters, counted in code points as the
+ * API server counts them, so that a cut never splits a surrogate pair. (A split pair would be
+ * stored as U+FFFD, compare unequal to the token for ever after, and resume every later
+ * intervention by itself.)
+ */
+export function storedResumeToken(token: string): string {
+  return cutToCodePoints(token, 256);
+}
+
+/** A new watchdog.dev/resume value, which does not act now: recorded, so that it cannot fire later by surprise. */
+export function newResumeToken(view: RunView, next: OperatorStatus): string | undefined {
+  const token = view.run.metadata.annotations?.[ANNOTATIONS.resume];
+  if (token === undefined) return undefined;
+  const stored = storedResumeToken(token);
+  return stored === next.observedResume ? undefined : stored;
+}
+
+/**
+ * A new watchdog.dev/resume value, acted on only in NeedsHumanIntervention: fresh budgets and a
+ * new attempt from the checkpoint. (In other phases decide() records it; see newResumeToken.)
  */
 export function resumption(view: RunView, next: OperatorStatus): Outcome | undefined {
-  const token = view.run.metadata.annotations?.[ANNOTATIONS.resume];
-  // Compared as stored: status keeps at most 256 characters of it.
-  const stored = token?.slice(0, 256);
-  if (token === undefined || stored === next.observedResume) return undefined;
-  if (next.phase !== "NeedsHumanIntervention") return { summary: "", set: { observedResume: stored } };
+  const stored = newResumeToken(view, next);
+  if (stored === undefined || next.phase !== "NeedsHumanIntervention") return undefined;
   return {
     summary: "resumed",
     phase: { phase: "Queued", reason: REASONS.resumed, message: `resumed by ${ANNOTATIONS.resume}; attempt ${attemptOf(next) + 1} is queued` },

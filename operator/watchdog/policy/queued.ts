@@ -8,6 +8,7 @@ import { REASONS } from "../reasons.ts";
 import { toMillis } from "../observe.ts";
 import { attemptOf, isoSeconds, type RunView } from "../run-view.ts";
 import { sandboxPodName } from "../sandbox-pod.ts";
+import { DEFAULT_POD_GRACE_SECONDS } from "../sandboxes.ts";
 import { DISARMED } from "../stall.ts";
 
 /**
@@ -19,6 +20,12 @@ export function retryAfterOf(view: RunView, next: OperatorStatus): number | unde
   return candidates.length ? Math.max(...candidates) : undefined;
 }
 
+/** The terminationGracePeriodSeconds the pod gets from the run's template. */
+function templateGracePeriodSeconds(view: RunView): number {
+  const grace = (view.run.spec.template.spec as { terminationGracePeriodSeconds?: unknown }).terminationGracePeriodSeconds;
+  return typeof grace === "number" && Number.isInteger(grace) && grace >= 0 ? grace : DEFAULT_POD_GRACE_SECONDS;
+}
+
 export function queued(view: RunView, next: OperatorStatus): Outcome {
   const attempt = attemptOf(next);
   const own = view.sandboxes.owned.find((p) => p.attempt === attempt && isLive(p) && !p.deleting);
@@ -26,7 +33,13 @@ export function queued(view: RunView, next: OperatorStatus): Outcome {
     return {
       summary: `adopted sandbox pod ${own.name}`,
       phase: { phase: "Starting" },
-      set: { podName: own.name, ...(own.uid ? { podUID: own.uid } : {}), ...(own.nodeName ? { nodeName: own.nodeName } : {}), startTime: next.startTime ?? isoSeconds(view.now) },
+      set: {
+        podName: own.name,
+        ...(own.uid ? { podUID: own.uid } : {}),
+        ...(own.nodeName ? { nodeName: own.nodeName } : {}),
+        podGracePeriodSeconds: own.podGracePeriodSeconds,
+        startTime: next.startTime ?? isoSeconds(view.now),
+      },
       events: [event("Normal", REASONS.sandboxAdopted, "AdoptPod", `sandbox pod ${own.name} for attempt ${attempt} was created before a status write that was lost; adopted it`)],
       wakeAt: [view.now + view.settings.startTimeoutMs + 1],
     };
@@ -42,7 +55,15 @@ export function queued(view: RunView, next: OperatorStatus): Outcome {
     summary: `starting attempt ${attempt}`,
     phase: { phase: "Starting" },
     createPod: true,
-    set: { podName: name, podUID: undefined, nodeName: undefined, startTime: next.startTime ?? isoSeconds(view.now), stall: { ...DISARMED } },
+    set: {
+      podName: name,
+      podUID: undefined,
+      nodeName: undefined,
+      // What its kubelet will take to stop it, should it vanish unseen (rule 9).
+      podGracePeriodSeconds: templateGracePeriodSeconds(view),
+      startTime: next.startTime ?? isoSeconds(view.now),
+      stall: { ...DISARMED },
+    },
     // No Event: the start is in status already (the Starting transition with its attempt, and the
     // Running condition naming the pod), and an Event would cost every run a request of its own.
     wakeAt: [view.now + view.settings.startTimeoutMs + 1],

@@ -3,22 +3,23 @@
 import { SANDBOX_EXIT_CODES } from "../../api/annotations.ts";
 import type { Phase } from "../../api/agentrun.ts";
 import { formatDuration } from "../../api/duration.ts";
+import { cutToCodePoints } from "../../api/limits.ts";
 import { lastSignOfLife, onServerClock } from "../liveness.ts";
-import { hasWork, isLive, type PodView } from "../observe.ts";
+import { hasWork, isLive, toMillis, type PodView } from "../observe.ts";
 import { event, merge, type Outcome, type OperatorStatus } from "../outcome.ts";
 import { REASONS } from "../reasons.ts";
 import { attemptOf, currentPod, heartbeatOf, isoSeconds, type RunView } from "../run-view.ts";
 import { stepStall } from "../stall.ts";
 import { detectLoop, inFlightCall, newestCurrentCall } from "../tool-calls.ts";
 import { awaiting } from "./awaiting.ts";
-import { attemptFailed, deletionOf, needsHuman } from "./failure.ts";
+import { attemptFailed, deletionOf, needsHuman, rateLimitedExit } from "./failure.ts";
 
 function podFailureMessage(pod: PodView): string {
   const end = pod.agent.ended ?? pod.exit;
   const parts = [`sandbox pod ${pod.name} failed`];
   if (end?.code !== undefined) parts.push(`exit code ${end.code}`);
   if (end?.reason) parts.push(end.reason);
-  if (end?.message) parts.push(end.message.slice(0, 200));
+  if (end?.message) parts.push(cutToCodePoints(end.message, 200));
   return parts.join(": ");
 }
 
@@ -45,6 +46,10 @@ function agentEnded(view: RunView, next: OperatorStatus, pod: PodView): Outcome 
     const outcome = needsHuman(view, next, REASONS.unconfirmedSideEffect, `${podFailureMessage(pod)} (the sandbox refused to repeat a call whose outcome is unknown)`, undefined);
     return { ...outcome, deletions: deletionOf(pod, false) };
   }
+  if (ended?.code === SANDBOX_EXIT_CODES.rateLimited) {
+    const throttled = rateLimitedExit(view, next, podFailureMessage(pod), pod);
+    if (throttled) return throttled;
+  }
   return attemptFailed(view, next, REASONS.podFailed, podFailureMessage(pod), pod, false);
 }
 
@@ -59,9 +64,13 @@ export function running(view: RunView, next: OperatorStatus): Outcome {
   const ended = agentEnded(view, next, pod);
   if (ended) return ended;
 
+  // A timeout shortened by a spec edit (or an install default) counts from when it changed at the
+  // earliest: a sandbox still on the old heartbeat interval must get the time to learn it (rule 2).
+  const notBefore = (t: number) => Math.max(t, toMillis(next.timeoutsChangedAt) ?? 0);
+
   // Before its agent container starts (scheduling, image pulls) the pod has startTimeout.
   if (pod.agent.startedAt === undefined && !hb) {
-    const deadline = pod.createdAt + view.settings.startTimeoutMs;
+    const deadline = notBefore(pod.createdAt) + view.settings.startTimeoutMs;
     if (view.now > deadline) {
       return attemptFailed(view, next, REASONS.startTimeout, `the agent container of sandbox pod ${pod.name} did not start within ${formatDuration(view.settings.startTimeoutMs)}`, pod, true);
     }
@@ -80,8 +89,9 @@ export function running(view: RunView, next: OperatorStatus): Outcome {
   const mirror: Outcome = phase !== next.phase || next.reason !== undefined || next.message !== undefined ? { summary: "", phase: { phase } } : { summary: "" };
   if (phase === "AwaitingReply") return merge(mirror, awaiting(view, next, pod), bound(pod, next));
 
-  const lastAlive = lastSignOfLife(hb, pod.agent.startedAt, view.heartbeatErasedAt);
-  const deadline = (lastAlive ?? pod.createdAt) + view.settings.heartbeatTimeoutMs;
+  // The container's start as the API server (or this operator) saw it, never the node's own clock.
+  const lastAlive = lastSignOfLife(hb, pod.agent.startSeenAt, view.heartbeatErasedAt);
+  const deadline = notBefore(lastAlive ?? pod.createdAt) + view.settings.heartbeatTimeoutMs;
   if (view.now > deadline) {
     const since =
       hb?.acceptedAt !== undefined && hb.acceptedAt === lastAlive

@@ -12,7 +12,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "operator", "python"))
 
-from agent_watchdog import Sandbox, ToolContext, ToolError, run_agent  # noqa: E402
+from agent_watchdog import CheckpointTooLargeError, Sandbox, ToolContext, ToolError, run_agent  # noqa: E402
 
 SCRIPT: list[dict[str, Any]] = json.loads(os.environ.get("PROTOCOL_SCRIPT", "[]"))
 
@@ -31,7 +31,7 @@ def run_tool(step: dict[str, Any], ctx: ToolContext) -> Any:
     with open(os.environ["SIDE_EFFECTS_FILE"], "a", encoding="utf-8") as f:
         f.write(f"{step['name']} {ctx.idempotency_key}\n")
     if step.get("fail") is not None:
-        raise ToolError(step["fail"])
+        raise ToolError(step["fail"], http_status=step.get("httpStatus"), retry_after_seconds=step.get("retryAfterSeconds"))
     return step.get("result")
 
 
@@ -51,12 +51,19 @@ def play(sandbox: Sandbox, step: dict[str, Any]) -> None:
         else:
             event({"event": "tool", "ok": False, "error": outcome.error.message if outcome.error else None, "key": outcome.idempotency_key})
     elif kind == "checkpoint":
-        sandbox.save_checkpoint(step["step"], step.get("data"))
+        # padding: data of that many characters, made here (an env var holds at most 128 KiB)
+        data = step.get("data") if step.get("padding") is None else "x" * step["padding"]
+        try:
+            sandbox.save_checkpoint(step["step"], data)
+        except CheckpointTooLargeError as err:
+            event({"event": "checkpoint", "ok": False, "error": type(err).__name__, "bytes": err.size, "limit": err.limit})
     elif kind == "nudge":
         nudge = sandbox.next_nudge()
         event({"event": "nudge", "message": nudge.message, "count": nudge.count})
     elif kind == "approval":
         event({"event": "approval", "answer": sandbox.await_approval(step["question"])})
+    elif kind == "giveUp":
+        raise RuntimeError(step["message"])
     elif kind == "crash":
         os._exit(1)
     else:

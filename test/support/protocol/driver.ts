@@ -4,15 +4,18 @@
 // would: its identity from WATCHDOG_*, its credentials from $KUBECONFIG, its end as the exit code.
 import { appendFileSync, existsSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
-import { runAgent, ToolError, type Sandbox, type ToolContext } from "../../../operator/sandbox/index.ts";
+import { CheckpointTooLargeError, runAgent, ToolError, type Sandbox, type ToolContext } from "../../../operator/sandbox/index.ts";
 
 export type Step =
   | { do: "say"; text: string }
   | { do: "stream"; chunks: string[] }
-  | { do: "tool"; name: string; args: unknown; result?: unknown; idempotent?: boolean; fail?: string; holdFile?: string }
-  | { do: "checkpoint"; step: number; data?: unknown }
+  | { do: "tool"; name: string; args: unknown; result?: unknown; idempotent?: boolean; fail?: string; httpStatus?: number; retryAfterSeconds?: number; holdFile?: string }
+  /** `padding`: data of that many characters, made here (an env var holds at most 128 KiB). */
+  | { do: "checkpoint"; step: number; data?: unknown; padding?: number }
   | { do: "nudge" }
   | { do: "approval"; question: string }
+  /** The agent gives up its attempt: it throws. */
+  | { do: "giveUp"; message: string }
   | { do: "crash" };
 
 const script = JSON.parse(process.env.PROTOCOL_SCRIPT ?? "[]") as Step[];
@@ -24,7 +27,7 @@ async function tool(step: Extract<Step, { do: "tool" }>, ctx: ToolContext): Prom
     await sleep(50, undefined, { signal: ctx.signal });
   }
   appendFileSync(process.env.SIDE_EFFECTS_FILE!, `${step.name} ${ctx.idempotencyKey}\n`);
-  if (step.fail !== undefined) throw new ToolError(step.fail);
+  if (step.fail !== undefined) throw new ToolError(step.fail, { httpStatus: step.httpStatus, retryAfterSeconds: step.retryAfterSeconds });
   return step.result;
 }
 
@@ -43,7 +46,13 @@ async function play(sandbox: Sandbox, step: Step): Promise<void> {
       return;
     }
     case "checkpoint":
-      return sandbox.saveCheckpoint(step.step, step.data);
+      try {
+        return await sandbox.saveCheckpoint(step.step, step.padding === undefined ? step.data : "x".repeat(step.padding));
+      } catch (err) {
+        if (!(err instanceof CheckpointTooLargeError)) throw err;
+        event({ event: "checkpoint", ok: false, error: err.name, bytes: err.bytes, limit: err.limit });
+        return;
+      }
     case "nudge": {
       const nudge = await sandbox.nextNudge();
       event({ event: "nudge", message: nudge.message, count: nudge.count });
@@ -52,6 +61,8 @@ async function play(sandbox: Sandbox, step: Step): Promise<void> {
     case "approval":
       event({ event: "approval", answer: await sandbox.awaitApproval(step.question) });
       return;
+    case "giveUp":
+      throw new Error(step.message);
     case "crash":
       process.exit(1);
   }

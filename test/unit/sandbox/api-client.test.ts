@@ -5,7 +5,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net";
 import { KubeConfig } from "@kubernetes/client-node";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { ApiClient, ApiError, apiErrorCode, isNotFound, isTransient, runPaths, type Json } from "../../../operator/sandbox/api-client.ts";
+import { ApiClient, ApiError, apiErrorCode, isNotFound, isTransient, retryAfterMs, runPaths, type Json } from "../../../operator/sandbox/api-client.ts";
 import { ApiError as OperatorApiError } from "../../../operator/kube/client.ts";
 
 interface Seen {
@@ -95,6 +95,15 @@ describe("requests", () => {
     expect(isTransient(err)).toBe(true);
   });
 
+  it("keeps the server's Retry-After on the error", async () => {
+    handle = (_req, res) => {
+      res.writeHead(429, { "Content-Type": "application/json", "Retry-After": "7" });
+      res.end(JSON.stringify({ kind: "Status", reason: "TooManyRequests", message: "too many requests" }));
+    };
+    const err = await client().mergePatch("/x", {}).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 429, retryAfterSeconds: 7 });
+  });
+
   it("tries a 401 once more with credentials read afresh (a rotated token)", async () => {
     handle = (req, res) => (seen.length === 1 ? json(res, 401, { reason: "Unauthorized" }) : json(res, 200, { ok: req.headers.authorization }));
     expect(await client().get("/x")).toEqual({ ok: "Bearer t0k3n" });
@@ -114,7 +123,20 @@ describe("errors", () => {
     const e = (code: number) => new ApiError("PATCH", "/x", code, {});
     expect(isTransient(new TypeError("fetch failed"))).toBe(true);
     for (const code of [401, 408, 409, 429, 500, 503]) expect(isTransient(e(code)), String(code)).toBe(true);
-    for (const code of [400, 403, 404, 422]) expect(isTransient(e(code)), String(code)).toBe(false);
+    for (const code of [400, 403, 404, 413, 422]) expect(isTransient(e(code)), String(code)).toBe(false);
+  });
+
+  it("does not retry a 5xx that is the storage's size limit: the same request would fail again", () => {
+    expect(isTransient(new ApiError("PATCH", "/x", 500, { message: "etcdserver: request is too large" }))).toBe(false);
+    expect(isTransient(new OperatorApiError("PATCH", "/x", 500, { message: "etcdserver: request is too large" }))).toBe(false);
+    expect(isTransient(new ApiError("PATCH", "/x", 500, { message: "etcdserver: leader changed" }))).toBe(true);
+  });
+
+  it("reads the wait a refusal asks for from its Retry-After or its Status details", () => {
+    expect(retryAfterMs(new ApiError("PATCH", "/x", 429, {}, "3"))).toBe(3000);
+    expect(retryAfterMs(new ApiError("PATCH", "/x", 429, { details: { retryAfterSeconds: 2 } }))).toBe(2000);
+    expect(retryAfterMs(new ApiError("PATCH", "/x", 429, { details: { retryAfterSeconds: "soon" } }))).toBeUndefined();
+    expect(retryAfterMs(new TypeError("fetch failed"))).toBeUndefined();
   });
 });
 

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
+import { SANDBOX_EXIT_CODES } from "../../../operator/api/annotations.ts";
 import {
   EXIT_CODES,
   FencedError,
@@ -7,6 +8,7 @@ import {
   UnconfirmedSideEffectError,
   describeFailure,
   exitCodeFor,
+  isRateLimitError,
   parseRetryAfter,
   validationFailure,
 } from "../../../operator/sandbox/errors.ts";
@@ -102,5 +104,23 @@ describe("exit codes", () => {
     expect(exitCodeFor(new Error("boom"))).toBe(EXIT_CODES.failed);
     expect(EXIT_CODES.completed).toBe(0);
     expect(new Set(Object.values(EXIT_CODES)).size).toBe(Object.keys(EXIT_CODES).length);
+  });
+
+  it("exits as rate limited for a ToolError with HTTP 429, thrown or wrapped, with the code the watchdog reads", () => {
+    expect(EXIT_CODES.rateLimited).toBe(SANDBOX_EXIT_CODES.rateLimited);
+    const limited = new ToolError("429 Too Many Requests", { httpStatus: 429, retryAfterSeconds: 5 });
+    expect(exitCodeFor(limited)).toBe(EXIT_CODES.rateLimited);
+    expect(exitCodeFor(new Error("giving up", { cause: new Error("the model", { cause: limited }) }))).toBe(EXIT_CODES.rateLimited);
+    // A ToolError of another copy of the SDK counts alike.
+    expect(exitCodeFor(Object.assign(new Error("busy"), { name: "ToolError", httpStatus: 429 }))).toBe(EXIT_CODES.rateLimited);
+  });
+
+  it("exits as failed for any other error, whatever its status", () => {
+    expect(exitCodeFor(new ToolError("upstream down", { httpStatus: 503 }))).toBe(EXIT_CODES.failed);
+    expect(exitCodeFor(Object.assign(new Error("Too Many Requests"), { status: 429 }))).toBe(EXIT_CODES.failed); // not a ToolError
+    const cycle: { name: string; cause?: unknown } = { name: "Error" };
+    cycle.cause = cycle;
+    expect(isRateLimitError(cycle)).toBe(false);
+    expect(isRateLimitError(undefined)).toBe(false);
   });
 });

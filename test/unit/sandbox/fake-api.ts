@@ -1,10 +1,18 @@
 // An in-memory stand-in for the API server, for unit tests of the sandbox's I/O shell: one
 // AgentRun, merge patches applied as the server applies them, a watch that sees every change, and
-// hooks to hold or fail writes. Integration tests use the real API server.
+// hooks to hold or fail writes. It also plays the operator's part in what the sandbox reads back
+// (see reconcile()), unless a test holds it back to play it by hand. Integration tests use the
+// real API server and the real operator.
 import type { ApiError, Json, SandboxApi } from "../../../operator/sandbox/api-client.ts";
+import { APPROVAL_REQUEST_KEY } from "../../../operator/sandbox/protocol.ts";
 import { applyMergePatch } from "../../../operator/watchdog/merge-patch.ts";
 
 type Listener = (type: string, object: Json) => void;
+
+/** The phases in which the phase mirrors what the sandbox reports. */
+const ACTIVE = new Set(["Starting", "Planning", "ExecutingTool", "AwaitingReply"]);
+
+const isoSeconds = (ms: number) => `${new Date(ms).toISOString().slice(0, 19)}Z`;
 
 export class FakeApi {
   run: Json;
@@ -12,12 +20,17 @@ export class FakeApi {
   readonly patches: Json[] = [];
   private readonly listeners = new Set<Listener>();
   private rv = 1;
+  private requests = 0;
   /** When set, each write waits for this before it is applied. */
   hold: Promise<void> | undefined;
   /** Errors the next writes fail with, in order. */
   readonly failures: ApiError[] = [];
+  /** A server that refuses some content every time: the error for a patch it refuses. */
+  refuse: ((patch: any) => ApiError | undefined) | undefined;
   /** Errors the next reads of the run fail with, in order (an API server restarting). */
   readonly readFailures: Error[] = [];
+  /** Whether each sandbox write is followed by the operator's reconcile of it (see reconcile()). */
+  reconciles = true;
 
   constructor(status: Json = {}, spec: Json = {}) {
     this.run = {
@@ -36,6 +49,37 @@ export class FakeApi {
   /** The operator's side: changes status and tells the watch. */
   operator(statusPatch: Json): void {
     this.apply({ status: statusPatch });
+  }
+
+  /**
+   * The operator's part in what the sandbox reads back, after a write of the current attempt:
+   * in an active phase the phase mirrors the state the sandbox reports; entering AwaitingReply
+   * opens a new request (a new id, with the question and key of the checkpoint's request);
+   * leaving it while the request is still pending withdraws the request.
+   */
+  private reconcile(): void {
+    const status = this.status;
+    const heartbeat = status.heartbeat;
+    if (!this.reconciles || !heartbeat || heartbeat.attempt !== status.attempt || !ACTIVE.has(status.phase) || heartbeat.state === status.phase) return;
+    const now = isoSeconds(Date.now());
+    const patch: Json = { phase: heartbeat.state };
+    if (heartbeat.state === "AwaitingReply") {
+      const asked = status.checkpoint?.data?.[APPROVAL_REQUEST_KEY] ?? {};
+      patch.approval = {
+        id: `req-${++this.requests}`,
+        state: "Pending",
+        question: asked.question ?? null,
+        requestKey: asked.key ?? null,
+        attempt: status.attempt,
+        requestedAt: now,
+        answer: null,
+        reason: null,
+        decidedAt: null,
+      };
+    } else if (status.phase === "AwaitingReply" && status.approval?.state === "Pending") {
+      patch.approval = { state: "Withdrawn", decidedAt: now };
+    }
+    this.operator(patch);
   }
 
   private apply(patch: Json): Json {
@@ -60,10 +104,12 @@ export class FakeApi {
         if (!path.endsWith("/status")) throw new Error(`unexpected write to ${path}`);
         const hold = this.hold;
         if (hold) await hold;
-        const failure = this.failures.shift();
+        const failure = this.failures.shift() ?? this.refuse?.(patch);
         if (failure) throw failure;
         this.patches.push(structuredClone(patch) as Json);
-        return this.apply(patch as Json) as T;
+        const written = this.apply(patch as Json) as T;
+        this.reconcile();
+        return written;
       },
       watch: async (_path, _query, onEvent) => {
         this.listeners.add(onEvent);

@@ -1,11 +1,13 @@
 import { describe, expect, it } from "vitest";
 import type { ApprovalStatus, ToolCall } from "../../../operator/api/agentrun.ts";
-import { SandboxConfigError } from "../../../operator/sandbox/errors.ts";
+import { MAX_CHECKPOINT_BYTES, MAX_SANDBOX_STATUS_BYTES } from "../../../operator/api/limits.ts";
+import { CheckpointTooLargeError, SandboxConfigError } from "../../../operator/sandbox/errors.ts";
 import {
   APPROVAL_REQUEST_KEY,
+  MAX_HEARTBEAT_INTERVAL_MS,
   MAX_RESULT_CHARS,
-  approvalFingerprint,
   approvalOutcome,
+  checkpointRefusal,
   decodeResult,
   effectiveHeartbeatTimeoutMs,
   encodeResult,
@@ -14,12 +16,15 @@ import {
   heartbeatIntervalMs,
   identityFromEnv,
   newNudge,
+  newestCallRateLimited,
+  openedRequestId,
   replayDecision,
   unwrapCheckpoint,
   upsertCall,
   wrapApprovalCheckpoint,
   type HeartbeatClock,
 } from "../../../operator/sandbox/protocol.ts";
+import { MAX_TIMER_DELAY_MS, timerDelayMs } from "../../../operator/sandbox/timers.ts";
 
 const S = 1000;
 const M = 60 * S;
@@ -42,6 +47,23 @@ describe("heartbeat throttling", () => {
     expect(heartbeatIntervalMs(5 * M)).toBe(75 * S);
     expect(heartbeatIntervalMs(4 * S)).toBe(1 * S);
     expect(heartbeatIntervalMs(10)).toBe(100); // floor
+  });
+
+  it("heartbeats at least as often as with the default timeout, however long the timeout", () => {
+    expect(MAX_HEARTBEAT_INTERVAL_MS).toBe(75 * S);
+    expect(heartbeatIntervalMs(10 * M)).toBe(75 * S);
+    expect(heartbeatIntervalMs(100_000 * 60 * M)).toBe(75 * S); // "100000h"
+    expect(heartbeatIntervalMs(Infinity)).toBe(75 * S);
+    expect(heartbeatIntervalMs(Number.NaN)).toBe(75 * S);
+  });
+
+  it("never hands a timer a delay it cannot hold", () => {
+    expect(MAX_TIMER_DELAY_MS).toBe(2_147_483_647);
+    expect(timerDelayMs(2 ** 40)).toBe(MAX_TIMER_DELAY_MS);
+    expect(timerDelayMs(Infinity)).toBe(MAX_TIMER_DELAY_MS);
+    expect(timerDelayMs(1500)).toBe(1500);
+    expect(timerDelayMs(-5)).toBe(0);
+    expect(timerDelayMs(Number.NaN)).toBe(0);
   });
 
   it("reads the effective timeout the operator publishes, then the spec, then the default", () => {
@@ -233,35 +255,113 @@ describe("self-fencing", () => {
   });
 });
 
-describe("approval requests across attempts", () => {
-  const approved = (requestedAt: number, answer = "yes"): ApprovalStatus => ({ state: "Approved", requestedAt: iso(requestedAt), decidedAt: iso(requestedAt + S), answer });
+describe("checkpoint sizes", () => {
+  const heartbeat = { time: iso(T0), attempt: 1, state: "Planning" };
+  /** A checkpoint whose JSON is exactly `bytes` long: {"step":1,"data":"xxx…"}. */
+  const sized = (bytes: number, char = "x") => ({ step: 1, data: char.repeat((bytes - JSON.stringify({ step: 1, data: "" }).length) / Buffer.byteLength(char)) });
+
+  it("takes a checkpoint up to the limit, and refuses one byte more, naming its size and the limit", () => {
+    expect(checkpointRefusal({ heartbeat, checkpoint: sized(MAX_CHECKPOINT_BYTES) })).toBeUndefined();
+    const refusal = checkpointRefusal({ heartbeat, checkpoint: sized(MAX_CHECKPOINT_BYTES + 1) });
+    expect(refusal).toBeInstanceOf(CheckpointTooLargeError);
+    expect(refusal).toMatchObject({ what: "checkpoint", step: 1, bytes: MAX_CHECKPOINT_BYTES + 1, limit: MAX_CHECKPOINT_BYTES });
+    expect(refusal!.message).toBe(`the checkpoint of step 1 is ${MAX_CHECKPOINT_BYTES + 1} bytes as JSON, over the limit of ${MAX_CHECKPOINT_BYTES} bytes; nothing was written`);
+  });
+
+  it("counts UTF-8 bytes, as the API server stores them, not characters", () => {
+    const euros = sized(MAX_CHECKPOINT_BYTES + 1, "€"); // three bytes each
+    expect(JSON.stringify(euros).length).toBeLessThan(MAX_CHECKPOINT_BYTES / 2);
+    expect(checkpointRefusal({ heartbeat, checkpoint: euros })).toMatchObject({ bytes: MAX_CHECKPOINT_BYTES + 1 });
+  });
+
+  it("counts what the SDK wraps around the agent's data", () => {
+    const data = sized(MAX_CHECKPOINT_BYTES).data;
+    expect(checkpointRefusal({ heartbeat, checkpoint: { step: 1, data } })).toBeUndefined();
+    expect(checkpointRefusal({ heartbeat, checkpoint: wrapApprovalCheckpoint(1, data, { question: "Deploy?", askedAt: iso(T0), key: "k" }) })).toMatchObject({ what: "checkpoint" });
+  });
+
+  it("refuses a checkpoint that would make the sandbox's part of status too large with the tool records", () => {
+    const record = call({ id: "a1-1", result: "r".repeat(8000) });
+    const toolCalls = Array.from({ length: 50 }, (_, i) => ({ ...record, id: `a1-${i}` })); // ~400 KB
+    const checkpoint = sized(200 * 1024);
+    expect(checkpointRefusal({ heartbeat, checkpoint })).toBeUndefined();
+    const refusal = checkpointRefusal({ heartbeat, toolCalls, checkpoint });
+    expect(refusal).toMatchObject({ what: "sandbox status", limit: MAX_SANDBOX_STATUS_BYTES });
+    expect(refusal!.bytes).toBe(Buffer.byteLength(JSON.stringify({ heartbeat, toolCalls, checkpoint })));
+    expect(refusal!.message).toContain(`over the limit of ${MAX_SANDBOX_STATUS_BYTES} bytes`);
+  });
+});
+
+describe("rate limits", () => {
+  const failed = (id: string, attempt: number, httpStatus?: number): ToolCall => call({ id, attempt, state: "Failed", error: httpStatus === undefined ? { message: "x" } : { message: "x", httpStatus } });
+
+  it("sees a give-up on a rate limit when the newest call of this attempt failed with 429", () => {
+    expect(newestCallRateLimited([call({ id: "a2-1", attempt: 2 }), failed("a2-2", 2, 429)], 2)).toBe(true);
+  });
+
+  it("looks at this attempt's newest call only", () => {
+    expect(newestCallRateLimited([failed("a2-1", 2, 429), call({ id: "a2-2", attempt: 2 })], 2)).toBe(false); // it got through since
+    expect(newestCallRateLimited([failed("a1-1", 1, 429)], 2)).toBe(false); // an earlier attempt's
+    expect(newestCallRateLimited([failed("a2-1", 2, 429), failed("a1-9", 1, 500)], 2)).toBe(true);
+    expect(newestCallRateLimited([failed("a2-1", 2, 503)], 2)).toBe(false);
+    expect(newestCallRateLimited([call({ id: "a2-1", attempt: 2, state: "Started" })], 2)).toBe(false);
+    expect(newestCallRateLimited([], 1)).toBe(false);
+  });
+});
+
+describe("approval requests", () => {
+  const request = (over: Partial<ApprovalStatus> = {}): ApprovalStatus => ({ id: "req-1", state: "Pending", requestKey: "k1", requestedAt: iso(T0), ...over });
 
   it("keeps the agent's data and the request apart in the checkpoint", () => {
-    const request = { question: "Deploy?", askedAt: iso(T0) };
-    const cp = wrapApprovalCheckpoint(4, { version: "v2" }, request);
-    expect((cp.data as Record<string, unknown>)[APPROVAL_REQUEST_KEY]).toEqual(request);
-    expect(unwrapCheckpoint(cp)).toEqual({ checkpoint: { step: 4, data: { version: "v2" } }, request });
+    const asked = { question: "Deploy?", askedAt: iso(T0), key: "k1" };
+    const cp = wrapApprovalCheckpoint(4, { version: "v2" }, asked);
+    expect((cp.data as Record<string, unknown>)[APPROVAL_REQUEST_KEY]).toEqual(asked);
+    expect(unwrapCheckpoint(cp)).toEqual({ checkpoint: { step: 4, data: { version: "v2" } }, request: asked });
     expect(unwrapCheckpoint({ step: 1, data: { plain: true } })).toEqual({ checkpoint: { step: 1, data: { plain: true } } });
     expect(unwrapCheckpoint({ step: 1 })).toEqual({ checkpoint: { step: 1 } });
     expect(unwrapCheckpoint(undefined)).toEqual({});
   });
 
-  it("waits while the request is pending or unanswered", () => {
-    expect(approvalOutcome(undefined, {})).toEqual({ state: "Pending" });
-    expect(approvalOutcome({ state: "Pending", requestedAt: iso(T0) }, {})).toEqual({ state: "Pending" });
+  it("reads a request someone else wrote field by field, without a key that is not one", () => {
+    const found = (fields: Record<string, unknown>) => unwrapCheckpoint({ step: 1, data: { [APPROVAL_REQUEST_KEY]: fields } }).request;
+    expect(found({ question: "Q?", askedAt: iso(T0), supersedes: "an old SDK's" })).toEqual({ question: "Q?", askedAt: iso(T0) });
+    expect(found({ question: "Q?", key: 42 })).toEqual({ question: "Q?", askedAt: "" });
+    expect(found({ question: "Q?", key: "k".repeat(65) })).toEqual({ question: "Q?", askedAt: "" });
+    expect(found({ question: 7 })).toBeUndefined();
   });
 
-  it("takes a decision made for this request", () => {
-    expect(approvalOutcome(approved(T0, "ship it"), {})).toEqual({ state: "Approved", answer: "ship it" });
-    expect(approvalOutcome({ state: "Rejected", requestedAt: iso(T0), reason: "no", decidedAt: iso(T0) }, {})).toEqual({ state: "Rejected", reason: "no" });
-    expect(approvalOutcome({ state: "TimedOut", requestedAt: iso(T0), decidedAt: iso(T0) }, {})).toEqual({ state: "TimedOut" });
+  it("knows its own request by its key, and holds on to the id it was opened with", () => {
+    expect(openedRequestId(request(), { key: "k1" })).toBe("req-1");
+    expect(openedRequestId(request({ requestKey: "k2" }), { key: "k1" })).toBeUndefined();
+    expect(openedRequestId(request({ state: "Approved" }), { key: "k1" })).toBeUndefined();
+    expect(openedRequestId(request(), { key: undefined })).toBeUndefined();
   });
 
-  it("never mistakes the answer to an earlier question for this one's", () => {
-    const earlier = approved(T0, "yes to the first question");
-    const request = { supersedes: approvalFingerprint(earlier) };
-    expect(approvalOutcome(earlier, request)).toEqual({ state: "Pending" });
-    expect(approvalOutcome(approved(T0 + M, "yes to the second"), request)).toEqual({ state: "Approved", answer: "yes to the second" });
-    expect(approvalFingerprint({ state: "Pending", requestedAt: iso(T0) })).toBeUndefined();
+  it("waits while its request is not opened yet, or pending", () => {
+    expect(approvalOutcome(undefined, { key: "k1" })).toEqual({ state: "Pending" });
+    expect(approvalOutcome(request(), { key: "k1", id: "req-1" })).toEqual({ state: "Pending" });
+  });
+
+  it("takes each decision of its own request", () => {
+    const own = { key: "k1", id: "req-1" };
+    expect(approvalOutcome(request({ state: "Approved", answer: "ship it" }), own)).toEqual({ state: "Approved", answer: "ship it" });
+    expect(approvalOutcome(request({ state: "Rejected", reason: "no" }), own)).toEqual({ state: "Rejected", reason: "no" });
+    expect(approvalOutcome(request({ state: "TimedOut" }), own)).toEqual({ state: "TimedOut" });
+    expect(approvalOutcome(request({ state: "Withdrawn" }), own)).toEqual({ state: "Withdrawn" });
+    // Decided before the sandbox saw it open (a new attempt, a relisted watch): its key says whose it is.
+    expect(approvalOutcome(request({ state: "Approved", answer: "yes" }), { key: "k1" })).toEqual({ state: "Approved", answer: "yes" });
+  });
+
+  it("never takes the decision of another request, asked however close in time", () => {
+    const earlier = request({ id: "req-0", requestKey: "k0", state: "Approved", answer: "yes to the first", decidedAt: iso(T0) });
+    expect(approvalOutcome(earlier, { key: "k1" })).toEqual({ state: "Pending" });
+    expect(approvalOutcome(request({ id: "req-2", state: "Approved", answer: "another id" }), { key: "k1", id: "req-1" })).toEqual({ state: "Pending" });
+    expect(approvalOutcome(request({ requestKey: undefined, state: "Approved" }), { key: "k1" })).toEqual({ state: "Pending" });
+    // A request of an older SDK has no key: nothing is ever its answer.
+    expect(approvalOutcome(request({ requestKey: undefined, state: "Approved" }), { key: undefined })).toEqual({ state: "Pending" });
+  });
+
+  it("takes a state it does not know for no decision", () => {
+    expect(approvalOutcome(request({ state: "Dancing" as ApprovalStatus["state"] }), { key: "k1" })).toEqual({ state: "Pending" });
   });
 });

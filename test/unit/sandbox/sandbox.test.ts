@@ -5,10 +5,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { z } from "zod";
+import { MAX_CHECKPOINT_BYTES, MAX_SANDBOX_STATUS_BYTES } from "../../../operator/api/limits.ts";
 import { ApiError } from "../../../operator/sandbox/api-client.ts";
 import { createLogger } from "../../../operator/log.ts";
-import { EXIT_CODES, FencedError, UnconfirmedSideEffectError } from "../../../operator/sandbox/errors.ts";
+import { CheckpointTooLargeError, EXIT_CODES, FencedError, ToolError, UnconfirmedSideEffectError } from "../../../operator/sandbox/errors.ts";
 import { argsHash, idempotencyKey } from "../../../operator/sandbox/keys.ts";
+import { APPROVAL_REQUEST_KEY } from "../../../operator/sandbox/protocol.ts";
 import { runAgent } from "../../../operator/sandbox/runner.ts";
 import { Sandbox, type SandboxOptions } from "../../../operator/sandbox/sandbox.ts";
 import { FakeApi } from "./fake-api.ts";
@@ -145,6 +147,34 @@ describe("heartbeats", () => {
     expect(sandbox.stats().heartbeatIntervalMs).toBe(10 * S);
   });
 
+  it("does not spin on a huge heartbeat timeout, and still heartbeats every 75 s", async () => {
+    const api = new FakeApi({ watchdog: { heartbeatTimeout: "100000h" } });
+    const sandbox = await start(api);
+    expect(sandbox.stats()).toMatchObject({ heartbeatTimeoutMs: 100_000 * 3600 * S, heartbeatIntervalMs: 75 * S });
+    const timers = vi.spyOn(globalThis, "setTimeout");
+    for (let i = 0; i < 80; i++) {
+      sandbox.progress();
+      await vi.advanceTimersByTimeAsync(S);
+    }
+    // A timer past 2^31-1 ms fires after 1 ms: thousands of wake-ups in 80 s. A few is all it takes.
+    expect(timers.mock.calls.length).toBeLessThan(10);
+    expect(api.patches.filter(heartbeatOnly).map((p: any) => Date.parse(p.status.heartbeat.time) - T0)).toEqual([75 * S]);
+  });
+
+  it("heartbeats by a new, shorter timeout at once, not after the old interval", async () => {
+    const api = new FakeApi({ watchdog: { heartbeatTimeout: "10m" } }); // interval 75 s
+    const sandbox = await start(api);
+    sandbox.progress();
+    await vi.advanceTimersByTimeAsync(5 * S);
+    expect(api.patches.filter(heartbeatOnly)).toHaveLength(0);
+    api.operator({ watchdog: { heartbeatTimeout: "4s" } }); // interval 1 s, due since the first write
+    sandbox.progress();
+    await vi.advanceTimersByTimeAsync(10);
+    expect(api.patches.filter(heartbeatOnly).map((p: any) => Date.parse(p.status.heartbeat.time) - T0)).toEqual([5 * S]);
+    await vi.advanceTimersByTimeAsync(S);
+    expect(api.patches.filter(heartbeatOnly)).toHaveLength(2);
+  });
+
   it("retries a failed write", async () => {
     const api = new FakeApi();
     const sandbox = await start(api);
@@ -154,6 +184,120 @@ describe("heartbeats", () => {
     await said;
     expect(sandbox.stats().failedWrites).toBe(1);
     expect(api.status.heartbeat.activity.kind).toBe("text");
+  });
+
+  it("waits out the Retry-After of a 429 before it writes again", async () => {
+    const api = new FakeApi();
+    const sandbox = await start(api);
+    api.failures.push(new ApiError("PATCH", "/status", 429, { reason: "TooManyRequests", message: "too many requests" }, "3"));
+    const said = sandbox.say("hello");
+    await vi.advanceTimersByTimeAsync(2900);
+    expect(api.patches).toHaveLength(1); // only the first write of all
+    await vi.advanceTimersByTimeAsync(200);
+    await said;
+    expect(api.patches).toHaveLength(2);
+    expect(api.status.heartbeat.activity.kind).toBe("text");
+  });
+});
+
+describe("writes the server refuses for good", () => {
+  const refusals = [
+    ["422 Invalid", new ApiError("PATCH", "/status", 422, { kind: "Status", reason: "Invalid", message: "status.checkpoint.data: Invalid value" })],
+    ["etcd's too-large 500", new ApiError("PATCH", "/status", 500, { kind: "Status", reason: "InternalError", message: "etcdserver: request is too large" })],
+  ] as const;
+
+  it.each(refusals)("fail the call that saved the checkpoint (%s), keep the last one, and heartbeats go on", async (_what, refusal) => {
+    const api = new FakeApi();
+    api.refuse = (patch) => (patch.status.checkpoint?.data?.big ? refusal : undefined); // every time
+    const sandbox = await start(api);
+    await sandbox.saveCheckpoint(1, { small: true });
+    let outcome: unknown = "pending";
+    sandbox.saveCheckpoint(2, { big: "x".repeat(1000) }).then(
+      () => (outcome = "saved"),
+      (err: unknown) => (outcome = err),
+    );
+    await vi.advanceTimersByTimeAsync(100);
+    expect(outcome).toBe(refusal);
+    expect(String(outcome)).toContain(`${refusal.code} ${refusal.reason} ${(refusal.body as { message: string }).message}`);
+    expect(sandbox.loadCheckpoint()).toEqual({ step: 1, data: { small: true } });
+    expect(sandbox.step).toBe(2);
+    const written = api.patches.length;
+    for (let i = 0; i < 5; i++) {
+      sandbox.progress();
+      await vi.advanceTimersByTimeAsync(S);
+    }
+    expect(api.patches.slice(written).filter(heartbeatOnly).length).toBeGreaterThanOrEqual(4);
+    expect(api.patches.some((p: any) => p.status.checkpoint?.data?.big)).toBe(false);
+    expect(api.status.checkpoint).toEqual({ step: 1, data: { small: true } });
+  });
+
+  it("fail a tool call whose Started record is refused, without running it, and the next calls are recorded", async () => {
+    const api = new FakeApi();
+    const sandbox = await start(api);
+    api.failures.push(new ApiError("PATCH", "/status", 422, { reason: "Invalid", message: "status.toolCalls[0].name: Too long" }));
+    const fn = vi.fn();
+    await expect(sandbox.tool("x".repeat(300), {}, fn)).rejects.toThrow("422 Invalid status.toolCalls[0].name: Too long");
+    expect(fn).not.toHaveBeenCalled();
+    const next = await sandbox.tool("lookup", { q: 1 }, () => "found", { idempotent: true });
+    expect(next.ok).toBe(true);
+    // Never a Started record of a call that never ran: the watchdog would take it for one in flight.
+    expect(api.status.toolCalls.map((c: any) => [c.name, c.state])).toEqual([["lookup", "Succeeded"]]);
+    expect(sandbox.calls.map((c) => c.name)).toEqual(["lookup"]);
+  });
+});
+
+describe("checkpoint size", () => {
+  it("refuses a checkpoint over the limit at the call: nothing is written, the last one stands, and heartbeats go on", async () => {
+    const api = new FakeApi();
+    const sandbox = await start(api);
+    await sandbox.saveCheckpoint(1, { notes: ["a"] });
+    const written = api.patches.length;
+    const data = { notes: ["a", "x".repeat(MAX_CHECKPOINT_BYTES)] };
+    let thrown: unknown;
+    try {
+      void sandbox.saveCheckpoint(2, data);
+    } catch (err) {
+      thrown = err; // synchronously, at the call
+    }
+    expect(thrown).toBeInstanceOf(CheckpointTooLargeError);
+    const bytes = Buffer.byteLength(JSON.stringify({ step: 2, data }));
+    expect((thrown as Error).message).toBe(`the checkpoint of step 2 is ${bytes} bytes as JSON, over the limit of ${MAX_CHECKPOINT_BYTES} bytes; nothing was written`);
+    await vi.advanceTimersByTimeAsync(10);
+    expect(api.patches).toHaveLength(written);
+    expect(sandbox.loadCheckpoint()).toEqual({ step: 1, data: { notes: ["a"] } });
+    expect(sandbox.step).toBe(2);
+    for (let i = 0; i < 3; i++) {
+      sandbox.progress();
+      await vi.advanceTimersByTimeAsync(S);
+    }
+    expect(api.patches.slice(written).filter(heartbeatOnly)).toHaveLength(3);
+  });
+
+  it("refuses a checkpoint that would make the sandbox's part of status too large with its tool records", async () => {
+    const api = new FakeApi();
+    const sandbox = await start(api, { maxToolCalls: 40 });
+    for (let i = 0; i < 40; i++) await sandbox.tool("read", { i }, () => "r".repeat(9000), { idempotent: true }); // 8 KiB each, saved
+    const data = "x".repeat(200 * 1024);
+    expect(() => sandbox.saveCheckpoint(1, data)).toThrow(CheckpointTooLargeError);
+    expect(() => sandbox.saveCheckpoint(1, data)).toThrow(`over the limit of ${MAX_SANDBOX_STATUS_BYTES} bytes`);
+    expect(api.status.checkpoint).toBeUndefined();
+    await sandbox.saveCheckpoint(1, "x".repeat(100 * 1024)); // what fits beside them is written
+    expect(api.status.checkpoint.step).toBe(1);
+  });
+
+  it("counts the question the SDK wraps around the data when it asks for approval", async () => {
+    const api = new FakeApi({ phase: "Planning" });
+    const sandbox = await start(api);
+    const data = "x".repeat(MAX_CHECKPOINT_BYTES - 100);
+    let outcome: unknown;
+    sandbox.awaitApproval("Deploy?", { step: 1, data }).then(
+      (answer) => (outcome = answer),
+      (err: unknown) => (outcome = err),
+    );
+    await vi.advanceTimersByTimeAsync(10);
+    expect(outcome).toBeInstanceOf(CheckpointTooLargeError);
+    expect(api.patches.some((p: any) => p.status.heartbeat.state === "AwaitingReply")).toBe(false);
+    expect(sandbox.loadCheckpoint()).toBeUndefined();
   });
 });
 
@@ -352,14 +496,26 @@ describe("self-fencing", () => {
 });
 
 describe("approvals", () => {
-  it("asks with a checkpoint, reports AwaitingReply, and resolves with the answer", async () => {
+  const askedKey = (api: FakeApi): string => api.status.checkpoint.data[APPROVAL_REQUEST_KEY].key;
+  const asked = (api: FakeApi) => api.patches.filter((p: any) => p.status.heartbeat.state === "AwaitingReply");
+  /** A run an earlier attempt left waiting on "Deploy?" under key k1, and where request req-1 stands. */
+  const resumedRun = (approval: Record<string, unknown>) =>
+    new FakeApi({
+      attempt: 2,
+      approval: { id: "req-1", requestKey: "k1", question: "Deploy?", attempt: 1, requestedAt: new Date(T0 - 60 * S).toISOString(), ...approval },
+      checkpoint: { step: 1, data: { [APPROVAL_REQUEST_KEY]: { question: "Deploy?", askedAt: new Date(T0 - 61 * S).toISOString(), key: "k1" }, data: { v: 2 } } },
+    });
+  const startAttempt2 = (api: FakeApi) => start(api, { identity: { runName: "r", namespace: "ns", attempt: 2 } });
+
+  it("asks with a checkpoint and a new key, reports AwaitingReply, and resolves with the answer", async () => {
     const api = new FakeApi({ phase: "Planning" });
     const sandbox = await start(api);
     const answer = sandbox.awaitApproval("Deploy?", { step: 2, data: { v: 2 } });
     await vi.advanceTimersByTimeAsync(0);
     expect(api.status.heartbeat.state).toBe("AwaitingReply");
-    expect(api.status.checkpoint).toMatchObject({ step: 2, data: { data: { v: 2 }, "watchdog.dev/approval-request": { question: "Deploy?" } } });
-    api.operator({ phase: "AwaitingReply", approval: { state: "Pending", requestedAt: new Date(T0).toISOString() } });
+    expect(api.status.checkpoint).toMatchObject({ step: 2, data: { data: { v: 2 }, [APPROVAL_REQUEST_KEY]: { question: "Deploy?", key: expect.stringMatching(/^[0-9a-f]{32}$/) } } });
+    // The operator opened the request with the question and its key.
+    expect(api.status.approval).toMatchObject({ id: "req-1", state: "Pending", question: "Deploy?", requestKey: askedKey(api) });
     await vi.advanceTimersByTimeAsync(10 * S);
     api.operator({ approval: { state: "Approved", answer: "go", decidedAt: new Date(T0 + 10 * S).toISOString() } });
     await expect(answer).resolves.toBe("go");
@@ -367,30 +523,138 @@ describe("approvals", () => {
     expect(sandbox.loadCheckpoint()).toEqual({ step: 2, data: { v: 2 } });
   });
 
-  it("in a new attempt, answers from the approval found at start without asking again", async () => {
-    const api = new FakeApi({
-      attempt: 2,
-      approval: { state: "Approved", requestedAt: new Date(T0 - 60 * S).toISOString(), decidedAt: new Date(T0 - S).toISOString(), answer: "ship it" },
-      checkpoint: { step: 1, data: { "watchdog.dev/approval-request": { question: "Deploy?", askedAt: new Date(T0 - 61 * S).toISOString() }, data: { v: 2 } } },
-    });
-    const sandbox = await start(api, { identity: { runName: "r", namespace: "ns", attempt: 2 } });
+  it("gets its own answer to each of two requests asked and answered within one second", async () => {
+    const api = new FakeApi({ phase: "Planning" });
+    const sandbox = await start(api);
+    const decide = (answer: string) => api.operator({ approval: { state: "Approved", answer, decidedAt: new Date(T0).toISOString() } });
+
+    const first = sandbox.awaitApproval("Deploy?");
+    await vi.advanceTimersByTimeAsync(0);
+    const firstKey = askedKey(api);
+    decide("yes, deploy");
+    await expect(first).resolves.toBe("yes, deploy");
+
+    const second = sandbox.awaitApproval("Migrate the database?");
+    await vi.advanceTimersByTimeAsync(0);
+    expect(askedKey(api)).not.toBe(firstKey);
+    expect(api.status.approval).toMatchObject({ id: "req-2", state: "Pending", question: "Migrate the database?", requestedAt: "2026-11-30T12:00:00Z" }); // in whole seconds, as the operator writes it
+    decide("yes, migrate");
+    await expect(second).resolves.toBe("yes, migrate");
+    expect(Date.now() - T0).toBeLessThan(S);
+  });
+
+  it("never settles on the decision of another request", async () => {
+    const api = new FakeApi({ phase: "Planning" });
+    const sandbox = await start(api);
+    let settled: unknown;
+    const answer = sandbox.awaitApproval("Deploy?").then((a) => (settled = a));
+    await vi.advanceTimersByTimeAsync(0);
+    const key = askedKey(api);
+    const at = new Date(T0).toISOString();
+    api.operator({ approval: { id: "req-0", requestKey: "someone-else", state: "Approved", answer: "not yours", decidedAt: at } });
+    api.operator({ approval: { id: "req-7", requestKey: key, state: "Approved", answer: "another request's", decidedAt: at } });
+    api.operator({ approval: { id: "req-8", requestKey: null, state: "Rejected", reason: "not yours either", decidedAt: at } });
+    await vi.advanceTimersByTimeAsync(5 * S);
+    expect(settled).toBeUndefined();
+    api.operator({ approval: { id: "req-1", requestKey: key, state: "Approved", answer: "yours", reason: null } });
+    await answer;
+    expect(settled).toBe("yours");
+  });
+
+  it("in a new attempt, answers the same question from the approval found at start without asking again", async () => {
+    const api = resumedRun({ state: "Approved", decidedAt: new Date(T0 - S).toISOString(), answer: "ship it" });
+    const sandbox = await startAttempt2(api);
     expect(sandbox.pendingApproval).toEqual({ question: "Deploy?", outcome: { state: "Approved", answer: "ship it" } });
     expect(sandbox.loadCheckpoint()).toEqual({ step: 1, data: { v: 2 } });
     await expect(sandbox.awaitApproval("Deploy?", { step: 1, data: { v: 2 } })).resolves.toBe("ship it");
-    expect(api.patches.some((p: any) => p.status.heartbeat.state === "AwaitingReply")).toBe(false);
+    expect(asked(api)).toHaveLength(0);
   });
 
-  it("does not take the answer to an earlier question", async () => {
-    const earlier = { state: "Approved", requestedAt: new Date(T0 - 60 * S).toISOString(), decidedAt: new Date(T0 - 50 * S).toISOString(), answer: "yes to the first" };
-    const api = new FakeApi({ phase: "Planning", approval: earlier });
+  it("in a new attempt, asks anew when the agent's first question is a different one", async () => {
+    const api = resumedRun({ state: "Approved", decidedAt: new Date(T0 - S).toISOString(), answer: "ship it" });
+    const sandbox = await startAttempt2(api);
+    let settled: unknown;
+    const answer = sandbox.awaitApproval("Delete the old index?").then((a) => (settled = a));
+    await vi.advanceTimersByTimeAsync(0);
+    expect(settled).toBeUndefined(); // not "ship it": that answers "Deploy?"
+    expect(api.status.checkpoint.data[APPROVAL_REQUEST_KEY]).toMatchObject({ question: "Delete the old index?" });
+    expect(askedKey(api)).not.toBe("k1");
+    expect(api.status.approval).toMatchObject({ state: "Pending", question: "Delete the old index?" });
+    api.operator({ approval: { state: "Approved", answer: "yes, delete it", decidedAt: new Date(T0).toISOString() } });
+    await answer;
+    expect(settled).toBe("yes, delete it");
+    expect(sandbox.pendingApproval).toBeUndefined(); // the resumed request was dropped
+  });
+
+  it("in a new attempt, waits on the request still pending under its key", async () => {
+    const api = resumedRun({ state: "Pending" });
+    const sandbox = await startAttempt2(api);
+    await sandbox.saveCheckpoint(1, { v: 3 }); // a checkpoint of the agent's own replaces the one with the question
+    const answer = sandbox.awaitApproval("Deploy?");
+    await vi.advanceTimersByTimeAsync(0);
+    const [awaiting] = asked(api) as any[];
+    expect(awaiting.status.checkpoint).toEqual({ step: 1, data: { [APPROVAL_REQUEST_KEY]: expect.objectContaining({ question: "Deploy?", key: "k1" }), data: { v: 3 } } });
+    expect(api.status.approval).toMatchObject({ id: "req-1", state: "Pending" }); // the same request
+    api.operator({ approval: { state: "Approved", answer: "go", decidedAt: new Date(T0).toISOString() } });
+    await expect(answer).resolves.toBe("go");
+  });
+
+  it("asks again, under a new key, when the request it resumes was withdrawn", async () => {
+    const api = resumedRun({ state: "Withdrawn", decidedAt: new Date(T0 - S).toISOString() });
+    const sandbox = await startAttempt2(api);
+    expect(sandbox.pendingApproval?.outcome).toEqual({ state: "Withdrawn" });
+    const answer = sandbox.awaitApproval("Deploy?");
+    await vi.advanceTimersByTimeAsync(0);
+    expect(asked(api)).toHaveLength(1);
+    expect(askedKey(api)).not.toBe("k1");
+    expect(api.status.approval).toMatchObject({ id: "req-1", state: "Pending", requestKey: askedKey(api) }); // the fake's first request
+    api.operator({ approval: { state: "Approved", answer: "go", decidedAt: new Date(T0).toISOString() } });
+    await expect(answer).resolves.toBe("go");
+  });
+
+  it("asks again, under a new key, when its request is withdrawn while it waits", async () => {
+    const api = new FakeApi({ phase: "Planning" });
     const sandbox = await start(api);
-    let settled = false;
-    const answer = sandbox.awaitApproval("Second question?").finally(() => (settled = true));
-    await vi.advanceTimersByTimeAsync(5 * S);
-    expect(settled).toBe(false);
-    api.operator({ phase: "AwaitingReply", approval: { state: "Pending", requestedAt: new Date(T0 + 5 * S).toISOString(), answer: null, decidedAt: null } });
-    api.operator({ approval: { state: "Approved", answer: "yes to the second", decidedAt: new Date(T0 + 6 * S).toISOString() } });
-    await expect(answer).resolves.toBe("yes to the second");
+    const answer = sandbox.awaitApproval("Deploy?");
+    await vi.advanceTimersByTimeAsync(0);
+    const first = askedKey(api);
+    api.operator({ approval: { state: "Withdrawn", decidedAt: new Date(T0).toISOString() } });
+    await vi.advanceTimersByTimeAsync(0);
+    // It left the wait (so the operator sees it), then asked again.
+    expect(api.patches.map((p: any) => p.status.heartbeat.state).slice(-3)).toEqual(["AwaitingReply", "Planning", "AwaitingReply"]);
+    expect(askedKey(api)).not.toBe(first);
+    expect(api.status.approval).toMatchObject({ id: "req-2", state: "Pending", requestKey: askedKey(api) });
+    api.operator({ approval: { state: "Approved", answer: "go", decidedAt: new Date(T0).toISOString() } });
+    await expect(answer).resolves.toBe("go");
+  });
+
+  it("asks an older SDK's request without a key again", async () => {
+    const api = new FakeApi({
+      attempt: 2,
+      approval: { state: "Approved", requestedAt: new Date(T0 - 60 * S).toISOString(), decidedAt: new Date(T0 - S).toISOString(), answer: "whose?" },
+      checkpoint: { step: 1, data: { [APPROVAL_REQUEST_KEY]: { question: "Deploy?", askedAt: new Date(T0 - 61 * S).toISOString() } } },
+    });
+    const sandbox = await startAttempt2(api);
+    const answer = sandbox.awaitApproval("Deploy?");
+    await vi.advanceTimersByTimeAsync(0);
+    expect(asked(api)).toHaveLength(1);
+    api.operator({ approval: { state: "Approved", answer: "this one's", decidedAt: new Date(T0).toISOString() } });
+    await expect(answer).resolves.toBe("this one's");
+  });
+
+  it("waits for the operator to see it leave the previous wait before it asks again", async () => {
+    const api = new FakeApi({ phase: "AwaitingReply" });
+    api.reconciles = false; // an operator that has not caught up yet
+    const sandbox = await start(api);
+    const answer = sandbox.awaitApproval("Next?");
+    await vi.advanceTimersByTimeAsync(3 * S);
+    expect(asked(api)).toHaveLength(0);
+    api.operator({ phase: "Planning" });
+    await vi.advanceTimersByTimeAsync(0);
+    expect(asked(api)).toHaveLength(1);
+    api.operator({ phase: "AwaitingReply", approval: { id: "req-1", state: "Pending", requestKey: askedKey(api), requestedAt: new Date(T0).toISOString() } });
+    api.operator({ approval: { state: "Approved", answer: "go", decidedAt: new Date(T0).toISOString() } });
+    await expect(answer).resolves.toBe("go");
   });
 
   it("ends with the rejection", async () => {
@@ -398,7 +662,7 @@ describe("approvals", () => {
     const sandbox = await start(api);
     const answer = sandbox.awaitApproval("Deploy?");
     await vi.advanceTimersByTimeAsync(0);
-    api.operator({ phase: "Failed", approval: { state: "Rejected", requestedAt: new Date(T0).toISOString(), reason: "not today", decidedAt: new Date(T0).toISOString() } });
+    api.operator({ phase: "Failed", approval: { state: "Rejected", reason: "not today", decidedAt: new Date(T0).toISOString() } });
     await expect(answer).rejects.toThrow("approval rejected: not today");
   });
 });
@@ -442,10 +706,42 @@ describe("ending the process", () => {
     const code = await run(api, async (s) => {
       const answer = s.awaitApproval("Deploy?");
       await vi.advanceTimersByTimeAsync(0);
-      api.operator({ phase: "Failed", approval: { state: "Rejected", requestedAt: new Date(T0).toISOString(), decidedAt: new Date(T0).toISOString() } });
+      api.operator({ phase: "Failed", approval: { state: "Rejected", decidedAt: new Date(T0).toISOString() } });
       await answer;
     });
     expect(code).toBe(EXIT_CODES.approvalDenied);
+  });
+
+  const rateLimited = () => {
+    throw new ToolError("429 Too Many Requests", { httpStatus: 429, retryAfterSeconds: 5 });
+  };
+
+  it("exits as rate limited when the agent gives up right after a call failed with 429", async () => {
+    const exit = vi.fn();
+    const code = await run(
+      new FakeApi(),
+      async (s) => {
+        const outcome = await s.tool("call_model", { prompt: "hi" }, rateLimited, { idempotent: true });
+        if (!outcome.ok) throw new Error(`giving up this attempt: ${outcome.error.message}`);
+      },
+      exit,
+    );
+    expect(code).toBe(EXIT_CODES.rateLimited);
+    expect(exit).toHaveBeenCalledWith(6);
+    // Thrown by the agent itself, or wrapped: the same.
+    expect(await run(new FakeApi(), () => Promise.reject(new Error("the model gave up", { cause: new ToolError("busy", { httpStatus: 429 }) })))).toBe(EXIT_CODES.rateLimited);
+  });
+
+  it("exits as failed when the rate-limited call is not this attempt's newest", async () => {
+    const code = await run(new FakeApi(), async (s) => {
+      await s.tool("call_model", { prompt: "hi" }, rateLimited, { idempotent: true });
+      await s.tool("call_model", { prompt: "again" }, () => "answered", { idempotent: true });
+      throw new Error("something else went wrong");
+    });
+    expect(code).toBe(EXIT_CODES.failed);
+    // An earlier attempt's 429 is not this attempt's reason to give up.
+    const earlier = new FakeApi({ attempt: 2, toolCalls: [{ id: "a1-1", name: "call_model", argsHash: "h", state: "Failed", attempt: 1, error: { message: "429", httpStatus: 429 } }] });
+    expect(await run(earlier, () => Promise.reject(new Error("boom")), vi.fn(), 2)).toBe(EXIT_CODES.failed);
   });
 
   it("leaves the failure message for the kubelet only in a file that exists", async () => {

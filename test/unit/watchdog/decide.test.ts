@@ -2,20 +2,13 @@ import { describe, expect, it } from "vitest";
 import { decide } from "../../../operator/watchdog/decide.ts";
 import { isQuiet } from "../../../operator/watchdog/plan.ts";
 import { T0, iso, pod, run } from "../fixtures.ts";
-import { World } from "../world.ts";
+import { World, startedWorld } from "../world.ts";
 
 const S = 1000;
 const M = 60 * S;
 const fast = { watchdog: { heartbeatTimeout: "1m", backoff: { initial: "10s", factor: 2, max: "1m" } } };
 
-function started(spec: Record<string, unknown> = fast): World {
-  const w = new World(spec);
-  w.settle();
-  w.podRunning();
-  w.heartbeat("Planning");
-  w.settle();
-  return w;
-}
+const started = (spec: Record<string, unknown> = fast) => startedWorld(spec);
 
 describe("rule 1: start", () => {
   it("queues a new run and creates attempt 1's sandbox pod with the contract's labels, env and owner", () => {
@@ -199,7 +192,7 @@ describe("rule 4: rate limited", () => {
     w.toolCall({ name: "search", state: "Failed", httpStatus: 429 });
     w.heartbeat("ExecutingTool");
     w.settle();
-    w.podExit(1);
+    w.podExit(6); // the SDK's rate-limited exit
     w.settle();
     expect(w.status.phase).toBe("Queued");
     expect(w.status.restarts).toBe(0);
@@ -211,13 +204,13 @@ describe("rule 4: rate limited", () => {
   it("lets a reported Retry-After win, capped at max", () => {
     const w = started({ watchdog: { rateLimitBackoff: { max: "1m" } } });
     w.toolCall({ name: "search", state: "Failed", httpStatus: 429, retryAfterSeconds: 30 });
-    w.podExit(1);
+    w.podExit(6);
     w.settle();
     expect(Date.parse(w.annotations["watchdog.dev/retry-after"]!) - w.now).toBe(30 * S);
 
     const v = started({ watchdog: { rateLimitBackoff: { max: "1m" } } });
     v.toolCall({ name: "search", state: "Failed", httpStatus: 429, retryAfterSeconds: 3600 });
-    v.podExit(1);
+    v.podExit(6);
     v.settle();
     expect(Date.parse(v.annotations["watchdog.dev/retry-after"]!) - v.now).toBe(1 * M);
   });

@@ -5,7 +5,7 @@ import { describe, expect, it } from "vitest";
 import { decide } from "../../../operator/watchdog/decide.ts";
 import { isQuiet } from "../../../operator/watchdog/plan.ts";
 import { parseDuration } from "../../../operator/api/duration.ts";
-import { heartbeatManagedFields } from "../fixtures.ts";
+import { heartbeatManagedFields, iso } from "../fixtures.ts";
 import { World, type Kubelet } from "../world.ts";
 
 const RUNS = Number(process.env.PROPERTY_RUNS ?? 1000);
@@ -25,6 +25,9 @@ type Command =
   | { kind: "resume"; token: string }
   | { kind: "garbage" }
   | { kind: "answer"; approve: boolean }
+  | { kind: "deleteRun" }
+  | { kind: "quarantine" }
+  | { kind: "heartbeatTimeout"; seconds: number }
   | { kind: "wake" };
 
 const command: fc.Arbitrary<Command> = fc.oneof(
@@ -57,7 +60,7 @@ const command: fc.Arbitrary<Command> = fc.oneof(
     ),
   },
   { weight: 2, arbitrary: fc.constant({ kind: "podRunning" as const }) },
-  { weight: 2, arbitrary: fc.record({ kind: fc.constant("podExit" as const), code: fc.constantFrom(0, 1, 137) }) },
+  { weight: 2, arbitrary: fc.record({ kind: fc.constant("podExit" as const), code: fc.constantFrom(0, 1, 3, 6, 137) }) },
   { weight: 1, arbitrary: fc.constant({ kind: "podDeletedByOthers" as const }) },
   { weight: 2, arbitrary: fc.constant({ kind: "finalizePods" as const }) },
   { weight: 1, arbitrary: fc.constant({ kind: "forceDelete" as const }) },
@@ -66,6 +69,9 @@ const command: fc.Arbitrary<Command> = fc.oneof(
   { weight: 1, arbitrary: fc.record({ kind: fc.constant("resume" as const), token: fc.constantFrom("r1", "r2", "r3") }) },
   { weight: 1, arbitrary: fc.constant({ kind: "garbage" as const }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant("answer" as const), approve: fc.boolean() }) },
+  { weight: 1, arbitrary: fc.constant({ kind: "deleteRun" as const }) },
+  { weight: 1, arbitrary: fc.constant({ kind: "quarantine" as const }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant("heartbeatTimeout" as const), seconds: fc.integer({ min: 5, max: 600 }) }) },
   { weight: 4, arbitrary: fc.constant({ kind: "wake" as const }) },
 );
 
@@ -139,6 +145,21 @@ function play(w: World, c: Command): void {
       break;
     case "answer":
       w.answer(c.approve ? "approve" : "reject", "from a person");
+      break;
+    case "deleteRun":
+      w.deleteRun();
+      break;
+    case "quarantine": {
+      // Someone takes the current pod out for debugging: its label and owner reference go.
+      const pod = w.currentPod();
+      if (pod) {
+        delete pod.metadata.labels["watchdog.dev/run"];
+        delete pod.metadata.ownerReferences;
+      }
+      break;
+    }
+    case "heartbeatTimeout":
+      w.setSpec({ watchdog: { ...(w.run.spec.watchdog ?? {}), heartbeatTimeout: `${c.seconds}s` } });
       break;
     case "wake": {
       const wake = w.plans.at(-1)?.wakeAt;
@@ -239,15 +260,48 @@ describe("watchdog core invariants", () => {
     );
   });
 
-  it("never spends the recovery allowance on a rate limit", () => {
+  it("never spends the recovery allowance on a rate limit, and ends a run of them with a person", () => {
     fc.assert(
       fc.property(scenario, (s) => {
         simulate(s, (w, before) => {
           if (w.status.lastFailure?.reason === "RateLimited" && w.status.lastFailure.time !== before.status.lastFailure?.time) {
             expect(w.status.restarts ?? 0).toBe(before.status.restarts ?? 0);
-            expect(w.status.phase).not.toBe("NeedsHumanIntervention");
+            if (w.status.phase === "NeedsHumanIntervention") expect(w.status.reason).toBe("RateLimitRequeuesExhausted");
           }
         });
+      }),
+      params,
+    );
+  });
+
+  it("never creates a pod while spec.suspend is true, or for a run being deleted", () => {
+    fc.assert(
+      fc.property(scenario, fc.boolean(), (s, deleting) => {
+        const w = simulate(s, (w) => {
+          // Whatever state the run has reached, suspended (or deleted) at this moment, no plan starts a pod.
+          const frozen = structuredClone(w.run);
+          if (deleting) frozen.metadata.deletionTimestamp = iso(w.now);
+          else frozen.spec.suspend = true;
+          // ...even as a person resumes it, or approves what it awaits, in the same moment.
+          frozen.metadata.annotations = { ...frozen.metadata.annotations, "watchdog.dev/resume": `property-${w.now}` };
+          if (w.status.approval?.state === "Pending") {
+            frozen.metadata.annotations["watchdog.dev/approve"] = "yes";
+            frozen.metadata.annotations["watchdog.dev/approval-id"] = w.status.approval.id;
+          }
+          const plan = decide({ run: frozen, pods: [...w.pods.values()], now: w.now, nodes: w.nodes(), deletedPods: w.tombstones });
+          expect(plan.createPod).toBeUndefined();
+        });
+        expect(w.violations.filter((v) => v.includes("suspended") || v.includes("being deleted"))).toEqual([]);
+      }),
+      params,
+    );
+  });
+
+  it("never lets a deleted run go while a sandbox of it may run", () => {
+    fc.assert(
+      fc.property(scenario, (s) => {
+        const w = simulate(s, () => {});
+        expect(w.violations.filter((v) => v.includes("finalizer"))).toEqual([]);
       }),
       params,
     );

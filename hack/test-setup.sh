@@ -6,7 +6,8 @@
 #
 #   1. Debian's packages: PostgreSQL's server, shellcheck (the scripts' lint), containerd, runc,
 #      the CNI plugins, iptables, nftables, iproute2 and gcc (the real node), buildah and
-#      mmdebstrap (images with no registry), Chromium and a font (the console's browser tests).
+#      mmdebstrap (images with no registry), Chromium and a font (the console's browser tests),
+#      faketime (an operator whose own clock is off, in the clock tests).
 #      Installed with apt-get as root (or with sudo when it needs no password); otherwise this
 #      names the missing ones and stops.
 #   2. The control plane, the kubelet and the tools, built from their pinned Go modules into the
@@ -31,7 +32,7 @@ step() { aw_log "$* ($(aw_since "$started"))"; }
 [[ -x "$ROOT_DIR/node_modules/node/bin/node" ]] || aw_die "Node 24 is not installed in node_modules: run 'npm ci' first"
 
 # What each package is for is in the usage above; keep the two lists in step.
-PACKAGES=(shellcheck containerd runc containernetworking-plugins iptables nftables iproute2 gcc libc6-dev buildah mmdebstrap chromium fonts-dejavu-core)
+PACKAGES=(shellcheck containerd runc containernetworking-plugins iptables nftables iproute2 gcc libc6-dev buildah mmdebstrap chromium fonts-dejavu-core faketime)
 if ! command -v initdb >/dev/null 2>&1 && ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
 	PACKAGES+=(postgresql)
 fi

@@ -4,14 +4,13 @@
 // failed on the code before its fix. The test plays the kubelet (pod status) and the sandbox
 // (status merge patches under the SDK's field manager). Classes 1 and 3 also run on the real node
 // (test/node/guarantees.test.ts), where what runs is checked in containerd.
-import { execFileSync } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { FINALIZER, SANDBOX_FIELD_MANAGER } from "../../operator/api/annotations.ts";
 import { ApiError, isNotFound, paths, type Json, type KubeClient } from "../../operator/kube/client.ts";
 import { condition, createRun, getRun, kubeconfigPath, listPods, ofAttempt, runManifest } from "../support/cluster.ts";
+import { startFaultProxy } from "../support/fault-proxy.ts";
 import { annotate, beat, cluster, keepBeating, phaseOf, podOf, running, warnings } from "../support/guarantees.ts";
 import { startOperator } from "../support/operator-process.ts";
 import { setPodPhase, writeToolCalls } from "../support/sandbox.ts";
@@ -264,18 +263,22 @@ describe("6. no input wedges a run", () => {
 
   it("records a non-ASCII Warning whose note is longer than the API takes in bytes", async () => {
     const { client, ns } = env;
-    await createRun(client, ns, runManifest("utf", { heartbeatTimeout: "30s" }));
-    const pod = await running(env, "utf", 1);
-    // A termination message of 4-byte characters: the crash's Warning quotes it.
-    await client.mergePatch(paths.podStatus(ns, pod.metadata.name), {
-      status: { phase: "Failed", containerStatuses: [{ name: "agent", image: "x", imageID: "", ready: false, restartCount: 0, state: { terminated: { exitCode: 1, message: "💥".repeat(400) } } }] },
-    });
-    const events = await waitFor("the PodFailed Warning", async () => {
-      const found = await warnings(env, "utf", "PodFailed");
+    await createRun(client, ns, runManifest("utf", { heartbeatTimeout: "30s", maxConsecutiveToolFailures: 2 }));
+    await running(env, "utf", 1);
+    await beat(env, "utf", 1, "Planning");
+    await phaseOf(env, "utf", "Planning");
+    // A tool name of 256 four-byte characters: within the CRD's 256 characters, 1 kB in bytes. The
+    // ToolLoop Warning quotes it; cut by characters, its note was over the API's 1 kB and refused.
+    const name = "🔁".repeat(256);
+    const failed = (id: string) => ({ id, attempt: 1, name, argsHash: "h", state: "Failed", error: { message: "no" } });
+    await writeToolCalls(client, ns, "utf", [failed("a"), failed("b")]);
+    await phaseOf(env, "utf", "NeedsHumanIntervention");
+    const events = await waitFor("the ToolLoop Warning", async () => {
+      const found = await warnings(env, "utf", "ToolLoop");
       return found.length ? found : undefined;
     });
     expect(Buffer.byteLength(events[0].note)).toBeLessThanOrEqual(1024);
-    expect(events[0].note).toContain("💥");
+    expect(events[0].note).toContain("🔁");
   });
 });
 
@@ -300,6 +303,40 @@ describe("7. no clock but the API server's decides a kill", () => {
       return r.status?.lastFailure?.reason === "HeartbeatTimeout" ? r : undefined;
     }, { timeoutMs: 20_000 });
     expect(Date.parse(killed.status.lastFailure.time) - startedAt).toBeLessThan(15 * S);
+  });
+});
+
+describe("7. no clock but the API server's: the operator's own", () => {
+  const env = cluster("own-clock");
+  /** libfaketime, from Debian's faketime: every clock of the process it is preloaded into runs off. */
+  const libfaketime = readdirSync("/usr/lib").map((d) => join("/usr/lib", d, "faketime/libfaketime.so.1")).find((f) => existsSync(f));
+
+  it("neither kills a healthy run nor spares a dead one when the operator's own clock is an hour ahead", async () => {
+    const { client, ns } = env;
+    expect(libfaketime, "Debian's faketime must be installed").toBeDefined();
+    await env.operator.stop();
+    env.operator = await startOperator(ns, [], { LD_PRELOAD: libfaketime as string, FAKETIME: "+1h", FAKETIME_DONT_FAKE_MONOTONIC: "1" });
+    try {
+      await createRun(client, ns, runManifest("skewed", { heartbeatTimeout: "6s" }));
+      const pod = await running(env, "skewed", 1);
+      const beats = keepBeating(env, [{ run: "skewed", attempt: 1 }], 1000);
+      try {
+        await phaseOf(env, "skewed", "Planning");
+        await holds("the healthy run is not killed", async () => !(await client.get<any>(paths.pod(ns, pod.metadata.name))).metadata.deletionTimestamp, 10_000, 250);
+      } finally {
+        await beats.stop();
+      }
+      const stoppedAt = Date.now();
+      const killed = await waitFor("the silent sandbox killed", async () => {
+        const r = await getRun(client, ns, "skewed");
+        return r.status?.lastFailure?.reason === "HeartbeatTimeout" ? r : undefined;
+      }, { timeoutMs: 30_000 });
+      expect(Date.now() - stoppedAt).toBeLessThan(15 * S);
+      expect(killed.status.attempt).toBe(2);
+    } finally {
+      await env.operator.stop();
+      env.operator = await startOperator(ns);
+    }
   });
 });
 
@@ -363,94 +400,43 @@ describe("9. rate limits do not hide crashes", () => {
 describe("10. a refused write never carries a kill a newer heartbeat would have refused", () => {
   const env = cluster("refused");
 
-  /** A kubeconfig for a ServiceAccount that may do anything but is not exempt from API Priority and Fairness. */
-  async function operatorIdentity(client: KubeClient, ns: string): Promise<string> {
-    await client.create(`/api/v1/namespaces/${ns}/serviceaccounts`, { apiVersion: "v1", kind: "ServiceAccount", metadata: { name: "watchdog" } });
-    await client.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
-      apiVersion: "rbac.authorization.k8s.io/v1",
-      kind: "ClusterRoleBinding",
-      metadata: { name: `${ns}-watchdog` },
-      roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "cluster-admin" },
-      subjects: [{ kind: "ServiceAccount", name: "watchdog", namespace: ns }],
-    });
-    const token = await client.create<{ status: { token: string } }>(`/api/v1/namespaces/${ns}/serviceaccounts/watchdog/token`, { apiVersion: "authentication.k8s.io/v1", kind: "TokenRequest", spec: { expirationSeconds: 3600 } });
-    const admin = JSON.parse(execFileSync("kubectl", ["config", "view", "--raw", "-o", "json"], { env: { ...process.env, KUBECONFIG: kubeconfigPath() }, encoding: "utf8" }));
-    const dir = mkdtempSync(join(tmpdir(), "watchdog-sa-"));
-    const file = join(dir, "kubeconfig");
-    writeFileSync(
-      file,
-      JSON.stringify({
-        apiVersion: "v1",
-        kind: "Config",
-        clusters: admin.clusters,
-        users: [{ name: "watchdog", user: { token: token.status.token } }],
-        contexts: [{ name: "watchdog", context: { cluster: admin.clusters[0].name, user: "watchdog" } }],
-        "current-context": "watchdog",
-      }),
-    );
-    return file;
-  }
-
-  /** API Priority and Fairness turns away every status write of the ServiceAccount (HTTP 429), or lets them through. */
-  async function throttleStatusWrites(client: KubeClient, ns: string, on: boolean): Promise<void> {
-    const level = `/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations/${ns}-none`;
-    const schema = `/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/${ns}-status`;
-    if (!on) {
-      await client.delete(schema).catch(() => undefined);
-      await client.delete(level).catch(() => undefined);
-      return;
-    }
-    await client.create("/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations", {
-      apiVersion: "flowcontrol.apiserver.k8s.io/v1",
-      kind: "PriorityLevelConfiguration",
-      metadata: { name: `${ns}-none` },
-      spec: { type: "Limited", limited: { nominalConcurrencyShares: 0, lendablePercent: 0, borrowingLimitPercent: 0, limitResponse: { type: "Reject" } } },
-    });
-    await client.create("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas", {
-      apiVersion: "flowcontrol.apiserver.k8s.io/v1",
-      kind: "FlowSchema",
-      metadata: { name: `${ns}-status` },
-      spec: {
-        priorityLevelConfiguration: { name: `${ns}-none` },
-        matchingPrecedence: 200,
-        rules: [
-          {
-            subjects: [{ kind: "ServiceAccount", serviceAccount: { name: "watchdog", namespace: ns } }],
-            resourceRules: [{ verbs: ["patch"], apiGroups: ["watchdog.dev"], resources: ["agentruns/status"], namespaces: [ns] }],
-          },
-        ],
-      },
-    });
-  }
-
-  it("does not delete a pod behind a status write that API Priority and Fairness turned away, while the sandbox heartbeats again", async () => {
+  it.each([
+    ["429 from API Priority and Fairness", "tooManyRequests"],
+    ["a 503", "unavailable"],
+    ["a timeout", "timeout"],
+  ] as const)("does not delete a pod behind a status write refused with %s, while the sandbox heartbeats again", async (_, fault) => {
     const { client, ns } = env;
-    await env.operator.stop();
-    const kubeconfig = await operatorIdentity(client, ns);
-    env.operator = await startOperator(ns, [], { KUBECONFIG: kubeconfig });
-    await createRun(client, ns, runManifest("slow", { heartbeatTimeout: "5s" }));
-    const pod = await running(env, "slow", 1);
-    await beat(env, "slow", 1, "Planning");
-    await phaseOf(env, "slow", "Planning");
-    await throttleStatusWrites(client, ns, true);
+    const proxy = await startFaultProxy(kubeconfigPath());
+    const run = `slow-${fault.toLowerCase()}`;
     try {
-      // The sandbox is slow for longer than its timeout: the operator decides to kill it, and its
-      // status write is turned away with 429. Then the sandbox heartbeats again.
-      await waitFor("a status write turned away", async () => (env.operator.logs.some((l) => l.includes("429")) ? true : undefined), { timeoutMs: 30_000 });
-      const beats = keepBeating(env, [{ run: "slow", attempt: 1 }], 1000);
+      await env.operator.stop();
+      env.operator = await startOperator(ns, [], { KUBECONFIG: proxy.kubeconfig });
+      await createRun(client, ns, runManifest(run, { heartbeatTimeout: "5s" }));
+      const pod = await running(env, run, 1);
+      await beat(env, run, 1, "Planning");
+      await phaseOf(env, run, "Planning");
+      // From now on the operator's status writes are turned away. The sandbox is slow for longer
+      // than its timeout: the operator decides to kill it, and that write is refused. Then the
+      // sandbox heartbeats again.
+      proxy.refuse((method, path) => method === "PATCH" && path === paths.runStatus(ns, run), fault);
+      await waitFor("the kill's status write refused", () => (proxy.refused > 0 ? true : undefined), { timeoutMs: 30_000 });
+      const beats = keepBeating(env, [{ run, attempt: 1 }], 1000);
       try {
-        await holds("the pod is not deleted", async () => !(await client.get<any>(paths.pod(ns, pod.metadata.name))).metadata.deletionTimestamp, 5000, 200);
+        await holds("the pod is not deleted while its writes are refused", async () => !(await client.get<any>(paths.pod(ns, pod.metadata.name))).metadata.deletionTimestamp, 5000, 200);
+        proxy.refuse(undefined);
+        await holds("the healthy run runs on once writes are taken again", async () => {
+          const r = await getRun(client, ns, run);
+          return r.status?.attempt === 1 && !(await client.get<any>(paths.pod(ns, pod.metadata.name))).metadata.deletionTimestamp;
+        }, 4000, 250);
       } finally {
-        await throttleStatusWrites(client, ns, false);
+        await beats.stop();
       }
-      await holds("the healthy run runs on once writes are taken again", async () => {
-        const r = await getRun(client, ns, "slow");
-        return r.status?.attempt === 1 && !(await client.get<any>(paths.pod(ns, pod.metadata.name))).metadata.deletionTimestamp;
-      }, 4000, 250);
-      await beats.stop();
+      expect(condition(await getRun(client, ns, run), "Running")?.status).toBe("True");
     } finally {
-      await throttleStatusWrites(client, ns, false);
+      proxy.refuse(undefined);
+      await env.operator.stop();
+      env.operator = await startOperator(ns);
+      await proxy.close();
     }
-    expect(condition(await getRun(client, ns, "slow"), "Running")?.status).toBe("True");
   });
 });

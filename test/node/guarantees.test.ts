@@ -213,11 +213,12 @@ describe("1. a force-deleted sandbox is confirmed gone only after the grace its 
    * kubelet then does is measured in containerd (when the old container stops), and the
    * replacement must start only after it has.
    */
-  async function forceDeletedWhileCutOff(name: string, back: () => Promise<void>): Promise<{ stoppedAfterMs: number; replacedAfterMs: number }> {
+  async function forceDeletedWhileCutOff(name: string, back: () => Promise<void>, whileCutOff: () => Promise<void> = async () => {}): Promise<{ graceMs: number | undefined; replacedAfterMs: number }> {
     const observer = new NodeObserver(ns, [name]);
     observer.start();
     let backAt: number | undefined;
     let stoppedAt: number | undefined;
+    let termAt: number | undefined;
     let old = "";
     try {
       await client.create(
@@ -226,12 +227,15 @@ describe("1. a force-deleted sandbox is confirmed gone only after the grace its 
       );
       await waitFor("the sandbox's heartbeats", async () => (await getRun(name)).status?.phase === "Planning", { timeoutMs: 60_000 });
       await pause();
+      await whileCutOff();
       await silence(name);
       const [pod] = await waitFor("the kill", async () => {
         const pods = await podsOf(name);
         return pods.length === 1 && pods[0].metadata.deletionTimestamp ? pods : undefined;
       }, { timeoutMs: 30_000 });
       old = pod.metadata.name;
+      // Its log on the node (the kubelet's CRI log, one timestamp per line) says when it got SIGTERM.
+      const logFile = join(inject("nodeState"), "control-plane/node/pod-logs", `${ns}_${old}_${pod.metadata.uid}`, "agent", "0.log");
       await client.delete(paths.pod(ns, old), { apiVersion: "v1", kind: "DeleteOptions", gracePeriodSeconds: 0 });
       await waitFor("the object gone", async () => (await podsOf(name)).filter((p) => p.metadata.name === old).length === 0);
       expect(await observer.running(name)).toEqual([old]);
@@ -239,6 +243,7 @@ describe("1. a force-deleted sandbox is confirmed gone only after the grace its 
       paused = false;
       backAt = Date.now();
       await waitFor("the old container stopped by its kubelet", async () => {
+        termAt ??= sigtermTime(logFile);
         if ((await observer.running(name)).includes(old)) return undefined;
         stoppedAt = Date.now();
         return true;
@@ -249,33 +254,74 @@ describe("1. a force-deleted sandbox is confirmed gone only after the grace its 
     }
     expect(observer.overlaps).toEqual([]);
     const since = backAt ?? Date.now();
-    return { stoppedAfterMs: (stoppedAt ?? since) - since, replacedAfterMs: Date.now() - since };
+    // A kubelet that restarted kills what it finds orphaned without the container seeing a SIGTERM.
+    return { graceMs: termAt === undefined ? undefined : (stoppedAt ?? since) - termAt, replacedAfterMs: Date.now() - since };
   }
 
-  /** Kills a control-plane component of the real-node cluster and lets `up --kubelet` start it again (it resumes a paused kubelet too). */
-  async function restartComponent(component: string): Promise<void> {
+  /** When the container logged that it got SIGTERM (the CRI log's own timestamp), if it has. */
+  function sigtermTime(logFile: string): number | undefined {
+    try {
+      const line = readFileSync(logFile, "utf8").split("\n").find((l) => l.includes("ignoring SIGTERM"));
+      return line ? Date.parse(line.split(" ")[0] as string) : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Compacts the real-node cluster's etcd to its newest revision: no watch can resume from before now. */
+  async function compactEtcd(): Promise<void> {
+    const ports = readFileSync(join(inject("nodeState"), "control-plane", "ports"), "utf8");
+    const port = /ETCD_PORT=(\d+)/.exec(ports)?.[1];
+    const etcd = `http://127.0.0.1:${port}/v3/kv`;
+    const head = (await (await fetch(`${etcd}/range`, { method: "POST", body: JSON.stringify({ key: Buffer.from("\0").toString("base64") }) })).json()) as { header: { revision: string } };
+    const res = await fetch(`${etcd}/compaction`, { method: "POST", body: JSON.stringify({ revision: head.header.revision, physical: true }) });
+    if (!res.ok) throw new Error(`etcd compaction: ${res.status} ${await res.text()}`);
+  }
+
+  /**
+   * Kills a component of the real-node cluster and starts it again: `up --kubelet` for the kubelet
+   * (it resumes a paused one too), plain `up` for the control plane, which leaves a paused kubelet
+   * paused.
+   */
+  async function restartComponent(component: "kube-apiserver" | "kubelet"): Promise<void> {
     const state = inject("nodeState");
     const pid = componentPid(join(state, "control-plane", "kubeconfig"), component);
     if (!pid) throw new Error(`no pid for ${component}`);
     process.kill(pid, "SIGKILL");
     await waitFor(`${component} gone`, () => !existsSync(`/proc/${pid}`) || readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.startsWith("Z"));
-    const { code } = await runScript("control-plane.sh", ["up", "--kubelet"], { env: { AGENT_WATCHDOG_STATE: state } });
-    if (code !== 0) throw new Error(`up --kubelet exited ${code}`);
+    const { code } = await runScript("control-plane.sh", component === "kubelet" ? ["up", "--kubelet"] : ["up"], { env: { AGENT_WATCHDOG_STATE: state } });
+    if (code !== 0) throw new Error(`up exited ${code}`);
   }
 
-  it("when the kubelet's watch resumes and replays the deletion", async () => {
+  // What the kubelet does on each path, measured: from its SIGTERM (in the container's log) to the
+  // container's end (in containerd). The pod's own grace is 20 s, the deletion's 2 s.
+  it("when the kubelet's watch resumes and replays the deletion: the deletion's grace", async () => {
     const measured = await forceDeletedWhileCutOff("resumed", () => resume());
-    console.log(`watch resumed: the kubelet stopped the container ${measured.stoppedAfterMs} ms after it was back; the replacement ran ${measured.replacedAfterMs} ms after`);
+    console.log(`watch resumed: the kubelet gave the container ${measured.graceMs} ms after SIGTERM; the replacement ran ${measured.replacedAfterMs} ms after the node was back`);
+    expect(measured.graceMs).toBeDefined();
+    expect(measured.graceMs).toBeLessThan(10_000);
   });
 
-  it("when the kubelet relists (the API server restarted meanwhile) and finds the pod gone without having seen the deletion", async () => {
-    const measured = await forceDeletedWhileCutOff("relisted", () => restartComponent("kube-apiserver"));
-    console.log(`relist: the kubelet stopped the container ${measured.stoppedAfterMs} ms after it was back; the replacement ran ${measured.replacedAfterMs} ms after`);
+  it("when the kubelet relists (its watch cannot resume) and finds the pod gone without having seen the deletion: the pod's own grace", async () => {
+    // The API server restarts while the kubelet is cut off, before the kill: the kubelet's watch
+    // connections are gone with nothing of the deletion in them, the new watch cache begins after
+    // where the kubelet stood, and etcd is compacted past it. Its watch cannot resume: it lists.
+    const measured = await forceDeletedWhileCutOff(
+      "relisted",
+      async () => {
+        await compactEtcd();
+        await resume();
+      },
+      () => restartComponent("kube-apiserver"),
+    );
+    console.log(`relist: the kubelet gave the container ${measured.graceMs} ms after SIGTERM; the replacement ran ${measured.replacedAfterMs} ms after the node was back`);
+    expect(measured.graceMs).toBeGreaterThan(15_000);
   });
 
-  it("when the kubelet restarts and finds the container orphaned", async () => {
+  it("when the kubelet restarts and finds the container orphaned: a couple of seconds", async () => {
     const measured = await forceDeletedWhileCutOff("restarted", () => restartComponent("kubelet"));
-    console.log(`kubelet restart: the kubelet stopped the container ${measured.stoppedAfterMs} ms after it was back; the replacement ran ${measured.replacedAfterMs} ms after`);
+    console.log(`kubelet restart: the kubelet stopped the container ${measured.graceMs === undefined ? "with no SIGTERM it saw" : `${measured.graceMs} ms after SIGTERM`}; the replacement ran ${measured.replacedAfterMs} ms after the node was back`);
+    expect(measured.graceMs ?? 0).toBeLessThan(10_000);
   });
 });
 

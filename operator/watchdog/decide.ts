@@ -268,7 +268,7 @@ export function decide(input: DecideInput): Plan {
     const prerequisites = identityObjects(run, view.identity);
     if (prerequisites.length) plan.prerequisites = prerequisites;
   }
-  const finalizer = finalizerChange(view, run.metadata.finalizers ?? [], { deleting, phase, createPod, deletes: deletions.length > 0 });
+  const finalizer = finalizerChange(view, run.metadata.finalizers ?? [], { deleting, phase, createPod, deletes: deletions.length > 0, podNamed: next.podName !== undefined });
   if (finalizer) plan.finalizer = finalizer;
   // Suspended: no timer fires, but pods still being confirmed gone are looked at.
   const wakeAt = phase === "Suspended" || deleting ? view.sandboxes.wakeAt : wakes;
@@ -276,15 +276,22 @@ export function decide(input: DecideInput): Plan {
   return plan;
 }
 
+/** Phases in which the run waits for a person, or for nothing: no sandbox starts by itself. */
+const AT_REST: ReadonlySet<Phase> = new Set(["NeedsHumanIntervention", "Suspended", "Completed", "Failed", "AwaitingReply"]);
+
 /**
  * The finalizer keeps a run that is deleted until no sandbox of it may run (rule 9): added before
- * its first pod is created (or on a run found with a live pod and none), removed once the run is
- * being deleted or has finished and every pod is confirmed gone.
+ * a pod is created (with the attempt annotation the start writes anyway), and on a run found with
+ * a live pod and none; removed once the run is being deleted, or is at rest (finished, or waiting
+ * for a person with its pods confirmed gone). So a run that no sandbox serves can always be
+ * deleted, the operator running or not: a namespace never hangs on it.
  */
-function finalizerChange(view: RunView, finalizers: readonly string[], d: { deleting: boolean; phase: Phase; createPod: boolean; deletes: boolean }): Plan["finalizer"] {
+function finalizerChange(view: RunView, finalizers: readonly string[], d: { deleting: boolean; phase: Phase; createPod: boolean; deletes: boolean; podNamed: boolean }): Plan["finalizer"] {
   const has = finalizers.includes(FINALIZER);
   const mayRun = view.sandboxes.busy || d.deletes || d.createPod;
-  if (d.deleting || d.phase === "Completed" || d.phase === "Failed") return has && !mayRun ? "remove" : undefined;
+  const finished = d.phase === "Completed" || d.phase === "Failed";
+  const idle = d.deleting || finished || (AT_REST.has(d.phase) && !d.podNamed && !d.createPod);
+  if (idle) return has && !mayRun ? "remove" : undefined;
   return !has && mayRun ? "add" : undefined;
 }
 

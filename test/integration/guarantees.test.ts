@@ -454,7 +454,7 @@ describe("7. no input stops a kill", () => {
     };
     afterAll(removePolicy);
 
-    it("never blocks the kill: the pod is deleted and StatusWriteRefused is recorded", async () => {
+    it("never blocks the kill nor loops: the run stops for a person (StatusWriteRefused) and the pod is deleted behind that write", async () => {
       const { client, ns } = env;
       // Denies every status update that leaves these runs Queued, in this namespace only.
       await client.create(VAP, {
@@ -494,19 +494,24 @@ describe("7. no input stops a kill", () => {
       const last = await beat(env, "refused", 1, "Planning");
       const deadline = heartbeatAcceptedAt(last) + 1 * S + 4 * S;
 
-      // Hung: the operator's write to Queued is refused, and the pod is deleted all the same.
+      // Hung: the operator's write to Queued is refused for what it holds. The next decision stops
+      // the run for a person with the smallest write it can, which is taken, and the kill goes
+      // behind that write: never a silent retry loop, never a kill behind a failed write.
       const deleted = await deletionOf(env, pod.metadata.name, 20_000);
-      expect(deleted.seenAt).toBeLessThanOrEqual(deadline + 2 * S);
+      expect(deleted.seenAt).toBeLessThanOrEqual(deadline + 3 * S);
       await waitFor("a StatusWriteRefused Warning", async () => (await warnings(env, "refused", "StatusWriteRefused")).length > 0);
       const refused = await getRun(client, ns, "refused");
-      expect(refused.status.phase, "the status write to Queued was refused").not.toBe("Queued");
-      expect(refused.status.restarts).toBe(0);
+      expect(refused.status).toMatchObject({ phase: "NeedsHumanIntervention", reason: "StatusWriteRefused", restarts: 0 });
+      expect(refused.status.message).toContain("guarantees test");
 
-      // Once the policy goes, the operator's status catches up.
+      // Once the policy goes, a person resumes it.
       await removePolicy();
-      const queued = await phaseOf(env, "refused", "Queued", 60_000);
-      expect(queued.status).toMatchObject({ attempt: 2, restarts: 1, lastFailure: { attempt: 1 } });
-      console.log(`refused status write: the run was requeued with reason ${queued.status.reason} once the policy was removed`);
+      await annotate(env, "refused", { "watchdog.dev/resume": "policy removed" });
+      const queued = await waitFor("attempt 2", async () => {
+        const r = await getRun(client, ns, "refused");
+        return (r.status?.attempt ?? 0) >= 2 && r.status.phase !== "NeedsHumanIntervention" ? r : undefined;
+      }, { timeoutMs: 60_000 });
+      console.log(`refused status write: stopped for a person (StatusWriteRefused), resumed as attempt ${queued.status.attempt} once the policy was removed`);
     });
   });
 });

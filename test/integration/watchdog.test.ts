@@ -154,13 +154,13 @@ describe("the watchdog against a real API server", () => {
     await waitFor("the ToolLoop intervention counted", async () => /watchdog_needs_human_intervention_total\{reason="ToolLoop"\} 1/.test(await operator!.metrics()));
   });
 
-  it("uses the rate-limit backoff after a 429 and spends no restart, even at maxRestarts 0", async () => {
+  it("uses the rate-limit backoff when the sandbox gives up on a 429 (exit 6) and spends no restart, even at maxRestarts 0", async () => {
     await createRun(client, ns, runManifest("ratelimit", { ...quick, maxRestarts: 0, heartbeatTimeout: "5m" }));
     const pod = await running("ratelimit");
     await heartbeat(client, ns, "ratelimit", 1, "ExecutingTool");
     await writeToolCalls(client, ns, "ratelimit", [failedCall("c1", 1, "llm", "h1", { message: "Too Many Requests", httpStatus: 429 })]);
     const crashedAt = Date.now();
-    await setPodPhase(client, ns, pod.metadata.name, "Failed", 1);
+    await setPodPhase(client, ns, pod.metadata.name, "Failed", 6); // the SDK's rate-limited exit
     await phaseOf("ratelimit", "Queued");
     const queued = await waitFor("the backoff annotations", async () => {
       const r = await getRun(client, ns, "ratelimit");

@@ -142,12 +142,23 @@ describe("3. deletion of a run is supervised", () => {
     expect(w.violations).toEqual([]);
   });
 
-  it("lets a finished run go without the operator: the finalizer comes off once nothing may run", () => {
+  it("lets a finished run, or one waiting for a person, go without the operator: the finalizer comes off once nothing may run", () => {
     const w = started();
     w.podExit(0);
     w.settle();
     expect(w.status.phase).toBe("Completed");
     expect(w.run.metadata.finalizers).toEqual([]);
+
+    const v = started({ watchdog: { ...quick.watchdog, maxRestarts: 0 } });
+    v.podExit(1);
+    v.settle();
+    expect(v.status.phase).toBe("NeedsHumanIntervention");
+    expect(v.run.metadata.finalizers).toEqual([]);
+    // Resumed: the finalizer goes on again before the next pod exists.
+    v.annotate("watchdog.dev/resume", "go");
+    const plan = v.reconcile();
+    expect(plan).toMatchObject({ finalizer: "add", createPod: expect.anything() });
+    expect(v.violations).toEqual([]);
   });
 });
 

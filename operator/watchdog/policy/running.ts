@@ -53,6 +53,21 @@ function agentEnded(view: RunView, next: OperatorStatus, pod: PodView): Outcome 
   return attemptFailed(view, next, REASONS.podFailed, podFailureMessage(pod), pod, false);
 }
 
+/**
+ * When the run named the attempt's pod: the time of its Starting transition of this attempt, which
+ * the write that names the pod (at creation, or on adoption after that write was lost) records. A
+ * sandbox cannot heartbeat before it (admission fences writes by status.podName), so a naming that
+ * came late (a leader killed between the create and the write, then a storm of conflicts) must not
+ * eat into its heartbeat timeout. Undefined once the history no longer holds it: the container's
+ * start alone then counts.
+ */
+function namedAt(next: OperatorStatus, attempt: number): number | undefined {
+  const starting = (next.transitions ?? []).findLast((t) => t.phase === "Starting" && t.attempt === attempt);
+  return toMillis(starting?.time);
+}
+
+const laterOf = (a: number | undefined, b: number | undefined) => (a === undefined ? a : b === undefined ? a : Math.max(a, b));
+
 export function running(view: RunView, next: OperatorStatus): Outcome {
   const attempt = attemptOf(next);
   const pod = currentPod(view, next);
@@ -89,8 +104,10 @@ export function running(view: RunView, next: OperatorStatus): Outcome {
   const mirror: Outcome = phase !== next.phase || next.reason !== undefined || next.message !== undefined ? { summary: "", phase: { phase } } : { summary: "" };
   if (phase === "AwaitingReply") return merge(mirror, awaiting(view, next, pod), bound(pod, next));
 
-  // The container's start as the API server (or this operator) saw it, never the node's own clock.
-  const lastAlive = lastSignOfLife(hb, pod.agent.startSeenAt, view.heartbeatErasedAt);
+  // The container's start as the API server (or this operator) saw it, never the node's own clock;
+  // and never before the run named this pod, since admission refuses its writes until then.
+  const named = namedAt(next, attempt);
+  const lastAlive = lastSignOfLife(hb, laterOf(pod.agent.startSeenAt, named), view.heartbeatErasedAt);
   const deadline = notBefore(lastAlive ?? pod.createdAt) + view.settings.heartbeatTimeoutMs;
   if (view.now > deadline) {
     const since =
@@ -98,7 +115,9 @@ export function running(view: RunView, next: OperatorStatus): Outcome {
         ? `the last heartbeat was accepted at ${isoSeconds(hb.acceptedAt)}`
         : view.heartbeatErasedAt !== undefined && view.heartbeatErasedAt === lastAlive
           ? `an earlier attempt's late heartbeat replaced this attempt's at ${isoSeconds(lastAlive)}`
-          : `the agent container started at ${isoSeconds(lastAlive ?? pod.createdAt)}`;
+          : named !== undefined && named === lastAlive && named !== pod.agent.startSeenAt
+            ? `the run named sandbox pod ${pod.name} at ${isoSeconds(named)}, after its agent container had started`
+            : `the agent container started at ${isoSeconds(lastAlive ?? pod.createdAt)}`;
     return attemptFailed(
       view,
       next,

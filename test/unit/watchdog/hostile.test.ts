@@ -320,6 +320,30 @@ describe("7. no clock but the API server's decides a kill", () => {
     w.runUntil(startedAt + 1 * M + 2 * S);
     expect(w.status.lastFailure?.reason).toBe("HeartbeatTimeout");
   });
+
+  it("counts the first heartbeat's deadline from when the run named the pod, when the write that named it came late", () => {
+    // A leader killed between the pod's create and the status write that names it, then a storm
+    // of conflicts: the pod is adopted long after its agent started, and admission refused every
+    // write of its sandbox until then.
+    const w = new World(quick);
+    w.reconcile(); // the finalizer, the pod, and the write that names it
+    const name = w.status.podName as string;
+    expect(w.pods.has(name)).toBe(true);
+    w.podRunning();
+    const startedAt = w.now;
+    // That naming write was lost: status is still as it was before the start.
+    const { podName: _n, podUID: _u, podGracePeriodSeconds: _g, ...unnamed } = w.status;
+    w.run.status = { ...unnamed, phase: "Queued", transitions: (w.status.transitions as { phase: string }[]).filter((t) => t.phase !== "Starting") };
+    w.advance(55 * S);
+    w.reconcile();
+    expect(w.status).toMatchObject({ phase: "Starting", podName: name }); // adopted
+    const namedAt = w.now;
+    w.runUntil(startedAt + 1 * M + 5 * S);
+    expect(w.status).toMatchObject({ phase: "Starting", attempt: 1 }); // the sandbox still has its minute
+    w.runUntil(namedAt + 1 * M + 2 * S);
+    expect(w.status).toMatchObject({ phase: "Queued", attempt: 2 });
+    expect(w.status.lastFailure?.reason).toBe("HeartbeatTimeout");
+  });
 });
 
 describe("8. a spec edit never kills a healthy run", () => {

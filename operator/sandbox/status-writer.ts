@@ -18,8 +18,14 @@ import type { SandboxLogger } from "./log.ts";
 import type { SandboxStatusPart } from "./protocol.ts";
 import { timerDelayMs } from "./timers.ts";
 
-/** How long after start a refusal for not being the run's current pod is taken as "not yet". */
-const FENCING_GRACE_MS = 30_000;
+/**
+ * How long after start a refusal for not being the run's current pod is taken as "not yet": the
+ * operator names the pod just after creating it, but when that write is lost a new leader names it
+ * on adoption, after the Lease's duration and its own retries (a minute is not unusual under a
+ * storm of conflicts). A sandbox that really was replaced learns it sooner from its watch of the
+ * run, which shows the new attempt, and its writes are refused meanwhile anyway.
+ */
+const FENCING_GRACE_MS = 3 * 60_000;
 /**
  * The longest Retry-After honoured: the writer looks again at least this often, since every
  * retry also carries the heartbeat.

@@ -32,8 +32,12 @@ from .log import SandboxLogger
 from .protocol import NOT_CURRENT_SANDBOX, SANDBOX_FIELD_MANAGER, Checkpoint, SandboxState, ToolCall, iso_now
 from .timers import wait_s
 
-#: How long after start a refusal for not being the run's current pod is taken as "not yet".
-FENCING_GRACE_S = 30.0
+#: How long after start a refusal for not being the run's current pod is taken as "not yet": the
+#: operator names the pod just after creating it, but when that write is lost a new leader names
+#: it on adoption, after the Lease's duration and its own retries (a minute is not unusual under
+#: a storm of conflicts). A sandbox that really was replaced learns it sooner from its watch of
+#: the run, and its writes are refused meanwhile anyway.
+FENCING_GRACE_S = 180.0
 #: The longest Retry-After honoured: the writer looks again at least this often, since every
 #: retry also carries the heartbeat.
 MAX_RETRY_AFTER_S = 60.0

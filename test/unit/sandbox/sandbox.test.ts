@@ -200,6 +200,29 @@ describe("heartbeats", () => {
   });
 });
 
+describe("a pod the run does not name yet", () => {
+  it("keeps its writes until the run names it, for as long as a failover and a storm of conflicts can take", async () => {
+    // Admission refuses a sandbox whose pod status.podName does not name yet; the next leader may
+    // name it most of a minute after it started (the Lease's duration, then its own retries).
+    const notNamed = new ApiError("PATCH", "/status", 403, { reason: "Forbidden", message: "pod r-1 is not the current sandbox of AgentRun r (status.podName is unset)" });
+    const api = new FakeApi();
+    const sandbox = await start(api);
+    for (let i = 0; i < 30; i++) api.failures.push(notNamed);
+    let outcome: unknown = "pending";
+    sandbox.saveCheckpoint(1, { done: "step 1" }).then(
+      () => (outcome = "saved"),
+      (err: unknown) => (outcome = err),
+    );
+    await vi.advanceTimersByTimeAsync(75 * S);
+    expect(api.failures.length).toBeLessThan(30); // it was refused, and kept trying
+    expect(outcome).toBe("pending");
+    api.failures.length = 0; // named
+    await vi.advanceTimersByTimeAsync(6 * S);
+    expect(outcome).toBe("saved");
+    expect(api.status.checkpoint).toEqual({ step: 1, data: { done: "step 1" } });
+  });
+});
+
 describe("writes the server refuses for good", () => {
   const refusals = [
     ["422 Invalid", new ApiError("PATCH", "/status", 422, { kind: "Status", reason: "Invalid", message: "status.checkpoint.data: Invalid value" })],

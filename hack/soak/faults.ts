@@ -192,7 +192,8 @@ export async function apply(ctx: FaultContext, planned: Planned): Promise<FaultR
       break;
     }
     case "node-pause": {
-      for (const active of observer.activeRuns()) observer.faulted(active.run, "node-pause");
+      // Pods whose start the kubelet has not reported yet count too: their agent may end unseen.
+      for (const run of observer.runsWithLivePods()) observer.faulted(run, "node-pause");
       await nodePause(world.state);
       await sleep(planned.forMs ?? 30_000);
       await nodeResume(world.state);

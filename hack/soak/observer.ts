@@ -159,6 +159,14 @@ export class Observer {
     for (const s of this.runs.values()) if (s.record.name === runName) s.record.faulted.push(fault);
   }
 
+  /**
+   * The runs with a pod that may be on the node now, started or not: a kubelet paused now cannot
+   * report such a pod's agent starting or ending, which may cost its run a restart.
+   */
+  runsWithLivePods(): string[] {
+    return [...new Set([...this.pods.values()].filter((p) => p.terminalAt === undefined && p.deletionRequestedAt === undefined && p.goneAt === undefined).map((p) => p.run))];
+  }
+
   /** The runs whose current pod is running on the node now, by name. */
   activeRuns(): { run: string; pod: string; uid: string }[] {
     return [...this.pods.values()].filter((p) => p.agentStartedAt !== undefined && p.terminalAt === undefined && p.deletionRequestedAt === undefined && p.goneAt === undefined).map((p) => ({ run: p.run, pod: p.name, uid: p.uid }));

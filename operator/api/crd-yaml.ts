@@ -1,10 +1,11 @@
 // The generated files exactly as they are committed: the CRD in crds/, and the chart's CRD
-// template and sandbox fencing policy. One place decides the file names and the YAML formatting,
+// template, sandbox fencing policy and approver policy. One place decides the file names and the YAML formatting,
 // shared by the generator and the staleness test.
 import { stringify } from "yaml";
 import { AgentRunStatus, GROUP, PLURAL, SANDBOX_STATUS_FIELDS } from "./agentrun.ts";
 import { agentRunCrd } from "./crd.ts";
 import { NOT_CURRENT_SANDBOX } from "./annotations.ts";
+import { approverPolicySpec } from "./approver-policy.ts";
 
 type Json = Record<string, unknown>;
 
@@ -178,11 +179,39 @@ function fencingPolicyTemplate(): string {
   );
 }
 
+function approverPolicyTemplate(): string {
+  return (
+    TEMPLATE_HEADER +
+    "{{- if and .Values.rbac.userRoles .Values.admission.approver.enabled }}\n" +
+    "apiVersion: admissionregistration.k8s.io/v1\n" +
+    "kind: ValidatingAdmissionPolicy\n" +
+    "metadata:\n" +
+    '  name: {{ include "agent-watchdog.approverPolicyName" . }}\n' +
+    "  labels:\n" +
+    '    {{- include "agent-watchdog.labels" . | nindent 4 }}\n' +
+    "    app.kubernetes.io/component: admission\n" +
+    templateSafe(yaml({ spec: approverPolicySpec() }), "the approver policy") +
+    "---\n" +
+    "apiVersion: admissionregistration.k8s.io/v1\n" +
+    "kind: ValidatingAdmissionPolicyBinding\n" +
+    "metadata:\n" +
+    '  name: {{ include "agent-watchdog.approverPolicyName" . }}\n' +
+    "  labels:\n" +
+    '    {{- include "agent-watchdog.labels" . | nindent 4 }}\n' +
+    "    app.kubernetes.io/component: admission\n" +
+    "spec:\n" +
+    '  policyName: {{ include "agent-watchdog.approverPolicyName" . }}\n' +
+    "  validationActions: [Deny]\n" +
+    "{{- end }}\n"
+  );
+}
+
 /** Relative path -> file contents. The CRD comes first. */
 export function renderCrdFiles(): Record<string, string> {
   return {
     "crds/watchdog.dev_agentruns.yaml": HEADER + yaml(agentRunCrd()),
     [`${CHART_DIR}/templates/crd-agentruns.yaml`]: crdTemplate(),
     [`${CHART_DIR}/templates/fencing-policy.yaml`]: fencingPolicyTemplate(),
+    [`${CHART_DIR}/templates/approver-policy.yaml`]: approverPolicyTemplate(),
   };
 }

@@ -6,7 +6,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
-import { AgentRunStatus, BackoffSpec, SANDBOX_STATUS_FIELDS, StallSpec, WatchdogSpec } from "../../operator/api/agentrun.ts";
+import { AgentRunSpec, AgentRunStatus, BackoffSpec, SANDBOX_STATUS_FIELDS, StallSpec, WatchdogSpec } from "../../operator/api/agentrun.ts";
 import { agentRunCrd } from "../../operator/api/crd.ts";
 import { resolveWatchdog } from "../../operator/api/defaults.ts";
 import { parseOptions } from "../../operator/cli/options.ts";
@@ -138,6 +138,9 @@ describe("helm template with the default values", () => {
         "ClusterRole/agent-watchdog-manager",
         "ClusterRole/agent-watchdog-nodes",
         "ClusterRole/agent-watchdog-sandbox",
+        "ClusterRole/agent-watchdog-view",
+        "ClusterRole/agent-watchdog-edit",
+        "ClusterRole/agent-watchdog-approver",
         "ClusterRoleBinding/agent-watchdog-manager",
         "ClusterRoleBinding/agent-watchdog-nodes",
         "ConfigMap/agent-watchdog-defaults",
@@ -152,6 +155,8 @@ describe("helm template with the default values", () => {
         "ServiceAccount/agent-watchdog",
         "ValidatingAdmissionPolicy/agent-watchdog-sandbox-fencing",
         "ValidatingAdmissionPolicyBinding/agent-watchdog-sandbox-fencing",
+        "ValidatingAdmissionPolicy/agent-watchdog-approver",
+        "ValidatingAdmissionPolicyBinding/agent-watchdog-approver",
       ].sort(),
     );
     for (const o of objects) {
@@ -209,16 +214,16 @@ describe("helm template with the default values", () => {
 
   it("fences sandbox writes by admission, failing closed", async () => {
     const objects = await render({}, { namespace: NS });
-    const policy = find(objects, "ValidatingAdmissionPolicy");
+    const policy = find(objects, "ValidatingAdmissionPolicy", `${RELEASE}-sandbox-fencing`);
     expect(policy.spec.failurePolicy).toBe("Fail");
     expect(policy.spec.matchConstraints.resourceRules[0]).toMatchObject({ apiGroups: ["watchdog.dev"], resources: ["agentruns", "agentruns/status"] });
     expect(policy.spec.matchConditions[0].expression).toContain("-sandbox$");
-    const binding = find(objects, "ValidatingAdmissionPolicyBinding");
+    const binding = find(objects, "ValidatingAdmissionPolicyBinding", `${RELEASE}-sandbox-fencing`);
     expect(binding.spec).toEqual({ policyName: policy.metadata.name, validationActions: ["Deny"] });
   });
 
   it("protects exactly the operator's status fields: every status field but heartbeat, toolCalls and checkpoint", async () => {
-    const policy = find(await render({}, { namespace: NS }), "ValidatingAdmissionPolicy");
+    const policy = find(await render({}, { namespace: NS }), "ValidatingAdmissionPolicy", `${RELEASE}-sandbox-fencing`);
     const expression: string = policy.spec.variables.find((v: any) => v.name === "changedOperatorFields").expression;
     const guarded = [...expression.matchAll(/\['([A-Za-z]+)'\]/g)].map((m) => m[1]).sort();
     const sandbox: readonly string[] = SANDBOX_STATUS_FIELDS;
@@ -314,13 +319,44 @@ describe("helm template with every feature on", () => {
     expect(await checksum({ watchdog: { defaults: { heartbeatTimeout: "2m" } } })).not.toBe(one);
   });
 
+  it("ships roles for people: view and edit aggregated into Kubernetes' own, and an approver held to answers by admission", async () => {
+    const objects = await render({}, { namespace: NS });
+    const labels = (name: string) => find(objects, "ClusterRole", `${RELEASE}-${name}`).metadata.labels;
+    const aggregate = (name: string) =>
+      Object.keys(labels(name))
+        .filter((k) => k.startsWith("rbac.authorization.k8s.io/aggregate-to-"))
+        .sort();
+    expect(aggregate("view")).toEqual(["admin", "edit", "view"].map((r) => `rbac.authorization.k8s.io/aggregate-to-${r}`));
+    expect(aggregate("edit")).toEqual(["admin", "edit"].map((r) => `rbac.authorization.k8s.io/aggregate-to-${r}`));
+    expect(aggregate("approver")).toEqual([]);
+    expect(find(objects, "ClusterRole", `${RELEASE}-approver`).rules).toEqual([
+      { apiGroups: ["watchdog.dev"], resources: ["agentruns", "agentruns/status"], verbs: ["get", "list", "watch"] },
+      { apiGroups: ["watchdog.dev"], resources: ["agentruns"], verbs: ["patch", "answer"] },
+    ]);
+    const policy = find(objects, "ValidatingAdmissionPolicy", `${RELEASE}-approver`);
+    expect(policy.spec.failurePolicy).toBe("Fail");
+    expect(policy.spec.matchConstraints.resourceRules).toEqual([{ apiGroups: ["watchdog.dev"], apiVersions: ["*"], operations: ["UPDATE"], resources: ["agentruns"] }]);
+    expect(policy.spec.matchConditions[0].expression).toContain("check('answer')");
+    // Every spec field is compared, so a new one is covered once the chart is regenerated.
+    const changed: string = policy.spec.variables.find((v: any) => v.name === "changed").expression;
+    for (const field of Object.keys(AgentRunSpec.shape)) expect(changed).toContain(`object.spec.?${field} == oldObject.spec.?${field}`);
+    expect(find(objects, "ValidatingAdmissionPolicyBinding", `${RELEASE}-approver`).spec).toEqual({ policyName: policy.metadata.name, validationActions: ["Deny"] });
+
+    const none = await render({ rbac: { userRoles: false } });
+    expect(all(none, "ClusterRole").map((r) => r.metadata.name)).not.toContain(`${RELEASE}-approver`);
+    expect(find(none, "ValidatingAdmissionPolicy", `${RELEASE}-approver`)).toBeUndefined();
+    expect(Object.keys(find(await render({ rbac: { aggregateToDefaultRoles: false } }), "ClusterRole", `${RELEASE}-view`).metadata.labels).some((k) => k.includes("aggregate-to"))).toBe(false);
+    expect(find(await render({ admission: { approver: { enabled: false } } }), "ValidatingAdmissionPolicy", `${RELEASE}-approver`)).toBeUndefined();
+  });
+
   it("follows the switches: CRD off or not kept, fencing off, sandbox modes, image digest", async () => {
     expect(find(await render({ crds: { enabled: false } }), "CustomResourceDefinition")).toBeUndefined();
     expect(find(await render({ crds: { keep: false } }), "CustomResourceDefinition").metadata.annotations).toBeUndefined();
     const unfenced = await render({ admission: { fencing: { enabled: false } } });
-    expect(find(unfenced, "ValidatingAdmissionPolicy")).toBeUndefined();
-    expect(find(unfenced, "ValidatingAdmissionPolicyBinding")).toBeUndefined();
-    expect(find(await render({ admission: { fencing: { validationActions: ["Warn", "Audit"] } } }), "ValidatingAdmissionPolicyBinding").spec.validationActions).toEqual([
+    expect(find(unfenced, "ValidatingAdmissionPolicy", `${RELEASE}-sandbox-fencing`)).toBeUndefined();
+    expect(find(unfenced, "ValidatingAdmissionPolicyBinding", `${RELEASE}-sandbox-fencing`)).toBeUndefined();
+    expect(find(unfenced, "ValidatingAdmissionPolicy", `${RELEASE}-approver`)).toBeDefined();
+    expect(find(await render({ admission: { fencing: { validationActions: ["Warn", "Audit"] } } }), "ValidatingAdmissionPolicyBinding", `${RELEASE}-sandbox-fencing`).spec.validationActions).toEqual([
       "Warn",
       "Audit",
     ]);
@@ -345,9 +381,8 @@ describe("helm template with every feature on", () => {
 
   it("names every object after the release, so two releases can share a cluster", async () => {
     const objects = await render({}, { release: "team-a", namespace: "team-a" });
-    const policy = find(objects, "ValidatingAdmissionPolicy");
-    expect(policy.metadata.name).toBe("team-a-agent-watchdog-sandbox-fencing");
-    expect(find(objects, "ClusterRole", "team-a-agent-watchdog-sandbox")).toBeDefined();
+    expect(all(objects, "ValidatingAdmissionPolicy").map((p) => p.metadata.name).sort()).toEqual(["team-a-agent-watchdog-approver", "team-a-agent-watchdog-sandbox-fencing"]);
+    for (const role of ["sandbox", "view", "edit", "approver"]) expect(find(objects, "ClusterRole", `team-a-agent-watchdog-${role}`), role).toBeDefined();
     expect(optionsOf(objects)).toMatchObject({ sandboxClusterRole: "team-a-agent-watchdog-sandbox", leaderElectionId: "team-a-agent-watchdog.watchdog.dev" });
   });
 });

@@ -61,6 +61,10 @@ app.kubernetes.io/component: operator
 {{- printf "%s-sandbox-fencing" (include "agent-watchdog.fullname" .) }}
 {{- end }}
 
+{{- define "agent-watchdog.approverPolicyName" -}}
+{{- printf "%s-approver" (include "agent-watchdog.fullname" .) }}
+{{- end }}
+
 {{- define "agent-watchdog.leaderElectionId" -}}
 {{- .Values.leaderElection.id | default (printf "%s.watchdog.dev" (include "agent-watchdog.fullname" .)) }}
 {{- end }}

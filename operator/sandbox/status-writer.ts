@@ -31,6 +31,8 @@ const FENCING_GRACE_MS = 3 * 60_000;
  * retry also carries the heartbeat.
  */
 const MAX_RETRY_AFTER_MS = 60_000;
+/** What the API server's refusal by an admission policy says, unlike RBAC's. */
+const ADMISSION_REFUSAL = "ValidatingAdmissionPolicy";
 const noop = () => {};
 
 export interface StatusWriterOptions {
@@ -239,7 +241,13 @@ export class StatusWriter {
    */
   private retryable(err: unknown): boolean {
     if (isTransient(err)) return true;
-    const notYetNamed = apiErrorCode(err) === 403 && err instanceof Error && err.message.includes(NOT_CURRENT_SANDBOX);
+    if (apiErrorCode(err) !== 403 || !(err instanceof Error)) return false;
+    // RBAC's refusal is not about what the write carries: an API server that has just restarted
+    // refuses everyone until its authorizer has loaded the roles, and a RoleBinding made a moment
+    // ago may not be seen yet. Tried again with backoff; were it for good, the heartbeats that
+    // never land get the sandbox replaced, and its run stopped for a person, by the watchdog.
+    if (!err.message.includes(ADMISSION_REFUSAL)) return true;
+    const notYetNamed = err.message.includes(NOT_CURRENT_SANDBOX);
     return notYetNamed && this.o.clock() - this.o.startedAt < FENCING_GRACE_MS;
   }
 

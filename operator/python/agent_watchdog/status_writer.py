@@ -41,6 +41,8 @@ FENCING_GRACE_S = 180.0
 #: The longest Retry-After honoured: the writer looks again at least this often, since every
 #: retry also carries the heartbeat.
 MAX_RETRY_AFTER_S = 60.0
+#: What the API server's refusal by an admission policy says, unlike RBAC's.
+ADMISSION_REFUSAL = "ValidatingAdmissionPolicy"
 
 _UNSET: Any = object()
 
@@ -302,7 +304,15 @@ class StatusWriter:
         that refusal is a matter of moments, not a verdict."""
         if is_transient(err):
             return True
-        not_yet_named = api_error_code(err) == 403 and NOT_CURRENT_SANDBOX in str(err)
+        if api_error_code(err) != 403:
+            return False
+        # RBAC's refusal is not about what the write carries: an API server that has just
+        # restarted refuses everyone until its authorizer has loaded the roles, and a RoleBinding
+        # made a moment ago may not be seen yet. Tried again with backoff; were it for good, the
+        # heartbeats that never land get the sandbox replaced by the watchdog.
+        if ADMISSION_REFUSAL not in str(err):
+            return True
+        not_yet_named = NOT_CURRENT_SANDBOX in str(err)
         return not_yet_named and self._mono() - self._started_at < FENCING_GRACE_S
 
     def _settle(self, up_to: int) -> None:

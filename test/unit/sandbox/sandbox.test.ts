@@ -204,7 +204,7 @@ describe("a pod the run does not name yet", () => {
   it("keeps its writes until the run names it, for as long as a failover and a storm of conflicts can take", async () => {
     // Admission refuses a sandbox whose pod status.podName does not name yet; the next leader may
     // name it most of a minute after it started (the Lease's duration, then its own retries).
-    const notNamed = new ApiError("PATCH", "/status", 403, { reason: "Forbidden", message: "pod r-1 is not the current sandbox of AgentRun r (status.podName is unset)" });
+    const notNamed = new ApiError("PATCH", "/status", 403, { reason: "Forbidden", message: "ValidatingAdmissionPolicy 'fencing' with binding 'fencing' denied request: pod r-1 is not the current sandbox of AgentRun r (status.podName is unset)" });
     const api = new FakeApi();
     const sandbox = await start(api);
     for (let i = 0; i < 30; i++) api.failures.push(notNamed);
@@ -220,6 +220,29 @@ describe("a pod the run does not name yet", () => {
     await vi.advanceTimersByTimeAsync(6 * S);
     expect(outcome).toBe("saved");
     expect(api.status.checkpoint).toEqual({ step: 1, data: { done: "step 1" } });
+  });
+});
+
+describe("an API server whose authorizer has not loaded the roles yet", () => {
+  it("tries its first writes again after RBAC's 403, as after any refusal that is not about what they carry", async () => {
+    // Just after a restart the API server refuses everyone until its authorizer has the roles.
+    const rbac = new ApiError("PATCH", "/status", 403, {
+      reason: "Forbidden",
+      message: 'agentruns.watchdog.dev "r" is forbidden: User "system:serviceaccount:ns:r-sandbox" cannot patch resource "agentruns/status": RBAC: clusterrole.rbac.authorization.k8s.io "system:basic-user" not found',
+    });
+    const api = new FakeApi();
+    for (let i = 0; i < 4; i++) api.failures.push(rbac);
+    const starting = start(api).then(
+      () => "started",
+      (err: unknown) => err,
+    );
+    await vi.advanceTimersByTimeAsync(10 * S);
+    expect(await starting).toBe("started");
+    expect(api.status.heartbeat).toMatchObject({ attempt: 1, state: "Planning" });
+    // A policy's refusal of what a write carries stays a verdict.
+    const sandbox = sandboxes[0]!;
+    api.refuse = (patch) => (patch.status.checkpoint ? new ApiError("PATCH", "/status", 403, { reason: "Forbidden", message: "ValidatingAdmissionPolicy 'fencing' with binding 'fencing' denied request: a sandbox may only write status.heartbeat" }) : undefined);
+    await expect(sandbox.saveCheckpoint(1, { x: 1 })).rejects.toThrow("ValidatingAdmissionPolicy");
   });
 });
 

@@ -106,12 +106,13 @@ export function onServerClock(hb: CurrentHeartbeat | undefined, sandboxTime: str
 
 /**
  * The last sign of life of an active sandbox: its newest accepted heartbeat, or the start of its
- * agent container when it has not heartbeated yet, or the moment a late write erased what it had
- * (see LivenessMemory). Undefined while the agent has not started
+ * agent container (or, when later, the moment the run named its pod) when it has not heartbeated
+ * yet, or the moment a late write erased what it had (see LivenessMemory). Undefined while the
+ * agent has not started
  * (startTimeout covers that).
  */
-export function lastSignOfLife(hb: CurrentHeartbeat | undefined, agentStartedAt: number | undefined, erasedAt?: number): number | undefined {
-  const times = [hb?.acceptedAt, agentStartedAt, erasedAt].filter((t): t is number => t !== undefined);
+export function lastSignOfLife(hb: CurrentHeartbeat | undefined, agentStartedAt: number | undefined, erasedAt?: number, namedAt?: number): number | undefined {
+  const times = [hb?.acceptedAt, agentStartedAt, erasedAt, namedAt].filter((t): t is number => t !== undefined);
   return times.length ? Math.max(...times) : undefined;
 }
 

@@ -66,8 +66,6 @@ function namedAt(next: OperatorStatus, attempt: number): number | undefined {
   return toMillis(starting?.time);
 }
 
-const laterOf = (a: number | undefined, b: number | undefined) => (a === undefined ? a : b === undefined ? a : Math.max(a, b));
-
 export function running(view: RunView, next: OperatorStatus): Outcome {
   const attempt = attemptOf(next);
   const pod = currentPod(view, next);
@@ -106,8 +104,9 @@ export function running(view: RunView, next: OperatorStatus): Outcome {
 
   // The container's start as the API server (or this operator) saw it, never the node's own clock;
   // and never before the run named this pod, since admission refuses its writes until then.
-  const named = namedAt(next, attempt);
-  const lastAlive = lastSignOfLife(hb, laterOf(pod.agent.startSeenAt, named), view.heartbeatErasedAt);
+  // Only before the first heartbeat: an accepted one already came after the naming.
+  const named = hb ? undefined : namedAt(next, attempt);
+  const lastAlive = lastSignOfLife(hb, pod.agent.startSeenAt, view.heartbeatErasedAt, named);
   const deadline = notBefore(lastAlive ?? pod.createdAt) + view.settings.heartbeatTimeoutMs;
   if (view.now > deadline) {
     const since =

@@ -96,7 +96,11 @@ describe("sandbox runner", () => {
       FAKE_SHARED: "from the runner",
       FAKE_EXIT: "3",
     });
-    expect(r.events.filter((e) => e.type === "exited").map((e) => e.type === "exited" && [e.pod, e.code, e.reported]).sort()).toEqual([
+    // The runner records an exit once its status write has returned, which can be a moment after
+    // the phase it wrote is seen here.
+    const exits = () => r.events.filter((e) => e.type === "exited").map((e) => e.type === "exited" && [e.pod, e.code, e.reported]).sort();
+    await waitFor("the runner to record both exits", () => (exits().length === 2 ? true : undefined));
+    expect(exits()).toEqual([
       ["bad-1", 3, "Failed"],
       ["ok-1", 0, "Succeeded"],
     ]);

@@ -34,6 +34,7 @@ export const REASONS = {
   sandboxReportTooLarge: "SandboxReportTooLarge",
   approvalWithdrawn: "ApprovalWithdrawn",
   deleting: "Deleting",
+  serviceAccountRefused: "ServiceAccountRefused",
 } as const;
 
 /** Failures that spend the recovery allowance (maxRestarts). */

@@ -32,18 +32,48 @@ export const NAMESPACE_SERVICE_ACCOUNT = "agent-watchdog-sandbox";
 export const TOKEN_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount";
 const TOKEN_VOLUME = "watchdog-sandbox-token";
 
+/**
+ * The fencing policy knows a sandbox by its ServiceAccount's name (admission sees a user name,
+ * nothing else): a name with this suffix. A ServiceAccount named otherwise writes unfenced.
+ */
+export const FENCED_SUFFIX = "-sandbox";
+
+/** The service account the run's template names for itself, if any. */
+function templateServiceAccount(run: AgentRun): string | undefined {
+  const name = (run.spec.template.spec as Json).serviceAccountName;
+  return typeof name === "string" && name !== "" ? name : undefined;
+}
+
+/**
+ * A service account of the template's own that would turn the fencing off: in the modes where the
+ * operator gives sandboxes their identity, a template may name its own only if the fencing policy
+ * applies to it (its name ends in -sandbox). The chart's admission policy refuses such a run at
+ * apply; this is for an operator installed without it.
+ */
+export function unfencedServiceAccount(run: AgentRun, identity: SandboxIdentity): string | undefined {
+  if (identity.serviceAccount === "none") return undefined;
+  const own = templateServiceAccount(run);
+  return own !== undefined && !own.endsWith(FENCED_SUFFIX) ? own : undefined;
+}
+
+/**
+ * The sandbox's ServiceAccount when the operator gives it its identity (a pod-bound token, no
+ * automounted one): the template's own when it names one the fencing applies to, else the mode's.
+ */
 export function serviceAccountName(run: AgentRun, identity: SandboxIdentity): string | undefined {
-  if ((run.spec.template.spec as Json).serviceAccountName) return undefined; // the template chose one
+  if (identity.serviceAccount === "none") return undefined; // the template's service account as it is
+  const own = templateServiceAccount(run);
+  if (own !== undefined) return own.endsWith(FENCED_SUFFIX) ? own : undefined;
   if (identity.serviceAccount === "namespace") return NAMESPACE_SERVICE_ACCOUNT;
-  if (identity.serviceAccount === "run") return `${run.metadata.name}-sandbox`;
-  return undefined;
+  return `${run.metadata.name}${FENCED_SUFFIX}`;
 }
 
 /** Objects that must exist before the sandbox pod is created (created if missing). */
 export function identityObjects(run: AgentRun, identity: SandboxIdentity): Json[] {
   const namespace = run.metadata.namespace as string;
   const name = serviceAccountName(run, identity);
-  if (!name) return [];
+  // A ServiceAccount the template names is the user's: its roles are theirs to grant.
+  if (!name || templateServiceAccount(run) !== undefined) return [];
   const labels = { "app.kubernetes.io/managed-by": "agent-watchdog", "app.kubernetes.io/component": "sandbox-identity" };
   if (identity.serviceAccount === "namespace") {
     return [

@@ -385,4 +385,33 @@ describe("a sandbox with a per-run identity (sandbox.serviceAccount: run)", () =
     expect((await refusal(beat("theirs"))).code).toBe(403);
     expect((await getRun(admin, perRunNs, "theirs")).status?.heartbeat).toBeUndefined();
   });
+
+  const withAccount = (name: string, account: string) =>
+    runManifest(name, WATCHDOG, { template: { spec: { serviceAccountName: account, containers: [{ name: "agent", image: "agent-watchdog:test" }] } } });
+
+  it("keeps the fencing for a template's own service account named *-sandbox", async () => {
+    // The user's own: the operator makes no identity objects for it.
+    await admin.create(`/api/v1/namespaces/${perRunNs}/serviceaccounts`, { apiVersion: "v1", kind: "ServiceAccount", metadata: { name: "chosen-sandbox" } });
+    await createRun(admin, perRunNs, withAccount("chosen", "chosen-sandbox"));
+    const status = await waitFor("chosen to get a sandbox pod", async () => {
+      const s = (await getRun(admin, perRunNs, "chosen")).status;
+      return s?.podName && s.phase === "Starting" ? s : undefined;
+    });
+    const pod = await admin.get<any>(paths.pod(perRunNs, status.podName));
+    expect(pod.spec.serviceAccountName).toBe("chosen-sandbox");
+    expect(pod.spec.automountServiceAccountToken).toBe(false);
+    expect(pod.spec.volumes.some((v: any) => v.projected?.sources?.some((s: any) => s.serviceAccountToken))).toBe(true);
+  });
+
+  it("refuses a template's own service account the fencing does not apply to, before any pod, saying why", async () => {
+    await createRun(admin, perRunNs, withAccount("unfenced", "default"));
+    const status = await waitFor("unfenced to be refused", async () => {
+      const s = (await getRun(admin, perRunNs, "unfenced")).status;
+      return s?.phase === "Failed" ? s : undefined;
+    });
+    expect(status.reason).toBe("ServiceAccountRefused");
+    expect(status.message).toContain("spec.template.spec.serviceAccountName default is refused");
+    const pods = await admin.get<{ items: any[] }>(paths.pods(perRunNs), { labelSelector: "watchdog.dev/run=unfenced" });
+    expect(pods.items).toEqual([]);
+  });
 });

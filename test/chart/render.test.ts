@@ -73,7 +73,7 @@ describe("helm template with the default values", () => {
     const pod = deployment.spec.template.spec;
     const c = pod.containers[0];
     expect(c.image).toBe("ghcr.io/agent-watchdog/agent-watchdog:0.1.0");
-    expect(c.args).toEqual(expect.arrayContaining(["operator", "--leader-elect", "--sandbox-service-account=namespace"]));
+    expect(c.args).toEqual(expect.arrayContaining(["operator", "--leader-elect", "--sandbox-service-account=run"]));
     expect(c.env).toEqual(
       expect.arrayContaining([
         { name: "POD_NAME", valueFrom: { fieldRef: { fieldPath: "metadata.name" } } },
@@ -118,7 +118,7 @@ describe("helm template with the default values", () => {
       logLevel: "info",
       metricsBindAddress: ":8080",
       healthProbeBindAddress: ":8081",
-      sandboxServiceAccount: "namespace",
+      sandboxServiceAccount: "run",
       sandboxTokenExpiration: 3_600_000,
       defaults: {},
     });
@@ -184,6 +184,11 @@ describe("helm template with the default values", () => {
       { apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch", "create", "delete"] },
       { apiGroups: ["events.k8s.io"], resources: ["events"], verbs: ["create"] },
       { apiGroups: [""], resources: ["serviceaccounts"], verbs: ["create"] },
+      // A ServiceAccount, Role and RoleBinding per run (sandbox.serviceAccount: run).
+      { apiGroups: ["rbac.authorization.k8s.io"], resources: ["rolebindings", "roles"], verbs: ["create"] },
+    ]);
+    // Sharing one identity per namespace binds the sandbox ClusterRole instead, and no other.
+    expect(find(await render({ sandbox: { serviceAccount: "namespace" } }, { namespace: NS }), "ClusterRole", `${RELEASE}-manager`).rules.slice(6)).toEqual([
       { apiGroups: ["rbac.authorization.k8s.io"], resources: ["rolebindings"], verbs: ["create"] },
       { apiGroups: ["rbac.authorization.k8s.io"], resources: ["clusterroles"], verbs: ["bind"], resourceNames: [`${RELEASE}-sandbox`] },
     ]);

@@ -7,6 +7,7 @@ import { event, wait, type Outcome, type OperatorStatus } from "../outcome.ts";
 import { REASONS } from "../reasons.ts";
 import { toMillis } from "../observe.ts";
 import { attemptOf, isoSeconds, type RunView } from "../run-view.ts";
+import { FENCED_SUFFIX, unfencedServiceAccount } from "../sandbox-identity.ts";
 import { sandboxPodName } from "../sandbox-pod.ts";
 import { DEFAULT_POD_GRACE_SECONDS } from "../sandboxes.ts";
 import { DISARMED } from "../stall.ts";
@@ -50,6 +51,8 @@ export function queued(view: RunView, next: OperatorStatus): Outcome {
   }
   const retryAfter = retryAfterOf(view, next);
   if (retryAfter !== undefined && view.now < retryAfter) return wait(`backing off until ${new Date(retryAfter).toISOString()}`, retryAfter);
+  const unfenced = unfencedServiceAccount(view.run, view.identity);
+  if (unfenced !== undefined) return refuseServiceAccount(view, unfenced);
   const name = sandboxPodName(view.run, attempt);
   return {
     summary: `starting attempt ${attempt}`,
@@ -67,5 +70,23 @@ export function queued(view: RunView, next: OperatorStatus): Outcome {
     // No Event: the start is in status already (the Starting transition with its attempt, and the
     // Running condition naming the pod), and an Event would cost every run a request of its own.
     wakeAt: [view.now + view.settings.startTimeoutMs + 1],
+  };
+}
+
+/**
+ * A template that names a service account the fencing does not apply to never gets a sandbox: its
+ * writes would go unchecked against the run's current pod (a stale or foreign pod could heartbeat
+ * for it). The chart's admission policy refuses such a run at apply; an operator installed
+ * without it stops the run here, before any pod exists, and says why.
+ */
+function refuseServiceAccount(view: RunView, name: string): Outcome {
+  const message =
+    `spec.template.spec.serviceAccountName ${name} is refused: admission fences a sandbox's writes to its own run and attempt only for ` +
+    `service accounts whose name ends in ${FENCED_SUFFIX}; remove the field (the operator gives the sandbox its identity) or name one ending in ${FENCED_SUFFIX}`;
+  return {
+    summary: `refused service account ${name}`,
+    phase: { phase: "Failed", reason: REASONS.serviceAccountRefused, message },
+    set: { completionTime: isoSeconds(view.now) },
+    events: [event("Warning", REASONS.serviceAccountRefused, "RefuseRun", message)],
   };
 }

@@ -39,15 +39,48 @@ describe("sandbox identity", () => {
     expect(plan.prerequisites).toBeUndefined();
   });
 
-  it("leaves a template's own service account alone", () => {
+  it("leaves a template's own service account alone when the operator gives sandboxes no identity", () => {
     const plan = decide({
       run: run({ spec: { template: { spec: { serviceAccountName: "mine", containers: [{ name: "a", image: "x" }] } } } }),
       pods: [],
       now: T0,
-      sandbox: identity("namespace"),
+      sandbox: identity("none"),
     });
     expect((plan.createPod!.spec as any).serviceAccountName).toBe("mine");
     expect((plan.createPod!.spec as any).volumes).toBeUndefined();
     expect(plan.prerequisites).toBeUndefined();
   });
+
+  for (const mode of ["namespace", "run"] as const) {
+    it(`keeps the fencing for a template's own service account named *-sandbox (${mode})`, () => {
+      const plan = decide({
+        run: run({ spec: { template: { spec: { serviceAccountName: "mine-sandbox", containers: [{ name: "a", image: "x" }] } } } }),
+        pods: [],
+        now: T0,
+        sandbox: identity(mode),
+      });
+      const spec = plan.createPod!.spec as any;
+      expect(spec.serviceAccountName).toBe("mine-sandbox");
+      // The pod-bound token is what the fencing checks each write against; no long-lived one.
+      expect(spec.automountServiceAccountToken).toBe(false);
+      expect(spec.volumes.find((v: any) => v.projected).projected.sources[0].serviceAccountToken).toBeDefined();
+      // The user's ServiceAccount: its roles are theirs; the operator makes nothing for it.
+      expect(plan.prerequisites).toBeUndefined();
+    });
+
+    it(`refuses a template's own service account the fencing does not apply to, and says why (${mode})`, () => {
+      const plan = decide({
+        run: run({ spec: { template: { spec: { serviceAccountName: "mine", containers: [{ name: "a", image: "x" }] } } } }),
+        pods: [],
+        now: T0,
+        sandbox: identity(mode),
+      });
+      expect(plan.createPod).toBeUndefined();
+      expect(plan.phase).toBe("Failed");
+      expect(plan.status!.reason).toBe("ServiceAccountRefused");
+      expect(plan.status!.message).toContain("spec.template.spec.serviceAccountName mine is refused");
+      expect(plan.status!.message).toContain("ends in -sandbox");
+      expect(plan.events.map((e) => e.reason)).toContain("ServiceAccountRefused");
+    });
+  }
 });

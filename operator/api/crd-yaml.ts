@@ -1,11 +1,12 @@
 // The generated files exactly as they are committed: the CRD in crds/, and the chart's CRD
-// template, sandbox fencing policy and approver policy. One place decides the file names and the YAML formatting,
+// template, sandbox fencing policy, approver policy and pod security policy. One place decides the file names and the YAML formatting,
 // shared by the generator and the staleness test.
 import { stringify } from "yaml";
 import { AgentRunStatus, GROUP, PLURAL, SANDBOX_STATUS_FIELDS } from "./agentrun.ts";
 import { agentRunCrd } from "./crd.ts";
 import { NOT_CURRENT_SANDBOX } from "./annotations.ts";
 import { approverPolicySpec } from "./approver-policy.ts";
+import { podSecurityPolicySpec } from "./pod-security-policy.ts";
 
 type Json = Record<string, unknown>;
 
@@ -206,6 +207,54 @@ function approverPolicyTemplate(): string {
   );
 }
 
+function podSecurityPolicyTemplate(): string {
+  const name = '{{ include "agent-watchdog.podSecurityPolicyName" . }}';
+  return (
+    TEMPLATE_HEADER +
+    "{{- if .Values.admission.podSecurity.enabled }}\n" +
+    "apiVersion: admissionregistration.k8s.io/v1\n" +
+    "kind: ValidatingAdmissionPolicy\n" +
+    "metadata:\n" +
+    `  name: ${name}\n` +
+    "  labels:\n" +
+    '    {{- include "agent-watchdog.labels" . | nindent 4 }}\n' +
+    "    app.kubernetes.io/component: admission\n" +
+    templateSafe(yaml({ spec: podSecurityPolicySpec() }), "the pod security policy") +
+    "---\n" +
+    "apiVersion: admissionregistration.k8s.io/v1\n" +
+    "kind: ValidatingAdmissionPolicyBinding\n" +
+    "metadata:\n" +
+    `  name: ${name}\n` +
+    "  labels:\n" +
+    '    {{- include "agent-watchdog.labels" . | nindent 4 }}\n' +
+    "    app.kubernetes.io/component: admission\n" +
+    "spec:\n" +
+    `  policyName: ${name}\n` +
+    "  validationActions: [Deny]\n" +
+    // The policy is cluster-scoped, the runs are not: a release judges only the namespaces it
+    // watches (several releases may share a cluster), and never the exempt ones.
+    "  {{- $exempt := .Values.admission.podSecurity.exemptNamespaces }}\n" +
+    "  {{- if or .Values.watchNamespaces $exempt }}\n" +
+    "  matchResources:\n" +
+    "    namespaceSelector:\n" +
+    "      matchExpressions:\n" +
+    "        {{- with .Values.watchNamespaces }}\n" +
+    "        - key: kubernetes.io/metadata.name\n" +
+    "          operator: In\n" +
+    "          values:\n" +
+    "            {{- toYaml . | nindent 12 }}\n" +
+    "        {{- end }}\n" +
+    "        {{- with $exempt }}\n" +
+    "        - key: kubernetes.io/metadata.name\n" +
+    "          operator: NotIn\n" +
+    "          values:\n" +
+    "            {{- toYaml . | nindent 12 }}\n" +
+    "        {{- end }}\n" +
+    "  {{- end }}\n" +
+    "{{- end }}\n"
+  );
+}
+
 /** Relative path -> file contents. The CRD comes first. */
 export function renderCrdFiles(): Record<string, string> {
   return {
@@ -213,5 +262,6 @@ export function renderCrdFiles(): Record<string, string> {
     [`${CHART_DIR}/templates/crd-agentruns.yaml`]: crdTemplate(),
     [`${CHART_DIR}/templates/fencing-policy.yaml`]: fencingPolicyTemplate(),
     [`${CHART_DIR}/templates/approver-policy.yaml`]: approverPolicyTemplate(),
+    [`${CHART_DIR}/templates/pod-security-policy.yaml`]: podSecurityPolicyTemplate(),
   };
 }

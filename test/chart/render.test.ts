@@ -8,6 +8,7 @@ import { describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
 import { AgentRunSpec, AgentRunStatus, BackoffSpec, SANDBOX_STATUS_FIELDS, StallSpec, WatchdogSpec } from "../../operator/api/agentrun.ts";
 import { agentRunCrd } from "../../operator/api/crd.ts";
+import { EXEMPT_VALUE, podSecurityPolicySpec } from "../../operator/api/pod-security-policy.ts";
 import { resolveWatchdog } from "../../operator/api/defaults.ts";
 import { parseOptions } from "../../operator/cli/options.ts";
 import type { Json } from "../../operator/kube/client.ts";
@@ -157,6 +158,8 @@ describe("helm template with the default values", () => {
         "ValidatingAdmissionPolicyBinding/agent-watchdog-sandbox-fencing",
         "ValidatingAdmissionPolicy/agent-watchdog-approver",
         "ValidatingAdmissionPolicyBinding/agent-watchdog-approver",
+        "ValidatingAdmissionPolicy/agent-watchdog-pod-security",
+        "ValidatingAdmissionPolicyBinding/agent-watchdog-pod-security",
       ].sort(),
     );
     for (const o of objects) {
@@ -354,6 +357,44 @@ describe("helm template with every feature on", () => {
     expect(find(await render({ admission: { approver: { enabled: false } } }), "ValidatingAdmissionPolicy", `${RELEASE}-approver`)).toBeUndefined();
   });
 
+  it("refuses runs whose sandbox pod breaks the restricted profile, judging creates and template changes only, in the watched namespaces but the exempt ones", async () => {
+    const objects = await render({}, { namespace: NS });
+    const policy = find(objects, "ValidatingAdmissionPolicy", `${RELEASE}-pod-security`);
+    expect(policy.spec).toEqual(podSecurityPolicySpec());
+    expect(policy.spec.failurePolicy).toBe("Fail");
+    // The main resource only, never status: the operator's status writes are not judged.
+    expect(policy.spec.matchConstraints.resourceRules).toEqual([{ apiGroups: ["watchdog.dev"], apiVersions: ["*"], operations: ["CREATE", "UPDATE"], resources: ["agentruns"] }]);
+    expect(policy.spec.matchConditions).toEqual([{ name: "template-changed", expression: "oldObject == null || object.spec.template != oldObject.spec.template" }]);
+    for (const v of policy.spec.validations) {
+      expect(v.reason).toBe("Forbidden");
+      expect(v.messageExpression).toContain("breaks the restricted Pod Security profile");
+      expect(v.messageExpression).toContain(`list it in the chart value ${EXEMPT_VALUE}`);
+    }
+    // A binding of its own, cluster-wide when the operator watches every namespace.
+    expect(find(objects, "ValidatingAdmissionPolicyBinding", `${RELEASE}-pod-security`).spec).toEqual({ policyName: policy.metadata.name, validationActions: ["Deny"] });
+
+    const selector = async (values: Json) => find(await render(values), "ValidatingAdmissionPolicyBinding", `${RELEASE}-pod-security`).spec.matchResources;
+    const name = "kubernetes.io/metadata.name";
+    expect(await selector({ admission: { podSecurity: { exemptNamespaces: ["lab"] } } })).toEqual({
+      namespaceSelector: { matchExpressions: [{ key: name, operator: "NotIn", values: ["lab"] }] },
+    });
+    // Several releases share a cluster: one judges only the namespaces it watches.
+    expect(await selector({ watchNamespaces: ["agents", "lab"] })).toEqual({ namespaceSelector: { matchExpressions: [{ key: name, operator: "In", values: ["agents", "lab"] }] } });
+    expect(await selector({ watchNamespaces: ["agents", "lab"], admission: { podSecurity: { exemptNamespaces: ["lab"] } } })).toEqual({
+      namespaceSelector: {
+        matchExpressions: [
+          { key: name, operator: "In", values: ["agents", "lab"] },
+          { key: name, operator: "NotIn", values: ["lab"] },
+        ],
+      },
+    });
+
+    const off = await render({ admission: { podSecurity: { enabled: false } } });
+    expect(find(off, "ValidatingAdmissionPolicy", `${RELEASE}-pod-security`)).toBeUndefined();
+    expect(find(off, "ValidatingAdmissionPolicyBinding", `${RELEASE}-pod-security`)).toBeUndefined();
+    expect(find(off, "ValidatingAdmissionPolicy", `${RELEASE}-sandbox-fencing`)).toBeDefined();
+  });
+
   it("follows the switches: CRD off or not kept, fencing off, sandbox modes, image digest", async () => {
     expect(find(await render({ crds: { enabled: false } }), "CustomResourceDefinition")).toBeUndefined();
     expect(find(await render({ crds: { keep: false } }), "CustomResourceDefinition").metadata.annotations).toBeUndefined();
@@ -386,7 +427,11 @@ describe("helm template with every feature on", () => {
 
   it("names every object after the release, so two releases can share a cluster", async () => {
     const objects = await render({}, { release: "team-a", namespace: "team-a" });
-    expect(all(objects, "ValidatingAdmissionPolicy").map((p) => p.metadata.name).sort()).toEqual(["team-a-agent-watchdog-approver", "team-a-agent-watchdog-sandbox-fencing"]);
+    expect(all(objects, "ValidatingAdmissionPolicy").map((p) => p.metadata.name).sort()).toEqual([
+      "team-a-agent-watchdog-approver",
+      "team-a-agent-watchdog-pod-security",
+      "team-a-agent-watchdog-sandbox-fencing",
+    ]);
     for (const role of ["sandbox", "view", "edit", "approver"]) expect(find(objects, "ClusterRole", `team-a-agent-watchdog-${role}`), role).toBeDefined();
     expect(optionsOf(objects)).toMatchObject({ sandboxClusterRole: "team-a-agent-watchdog-sandbox", leaderElectionId: "team-a-agent-watchdog.watchdog.dev" });
   });
@@ -404,6 +449,7 @@ describe("the values schema and the templates refuse bad values with a clear mes
     ["a token shorter than the API server allows", { sandbox: { tokenExpiration: "5m" } }, [], /\/sandbox\/tokenExpiration.*does not match pattern/],
     ["a zero duration", { watchdog: { defaults: { stall: { timeout: "0s" } } } }, [], /watchdog\.defaults\.stall\.timeout: must be a positive duration/],
     ["a bad validation action", { admission: { fencing: { validationActions: ["Reject"] } } }, [], /\/admission\/fencing\/validationActions\/0.*value must be one of/],
+    ["an exempt namespace that is no name", { admission: { podSecurity: { exemptNamespaces: [""] } } }, [], /\/admission\/podSecurity\/exemptNamespaces\/0.*minLength/],
     ["replicas without leader election", { leaderElection: { enabled: false } }, [], /replicaCount > 1 needs leaderElection\.enabled/],
     ["an operator ServiceAccount that looks like a sandbox", { serviceAccount: { name: "ops-sandbox" } }, [], /ends in -sandbox, which marks sandbox identities/],
   ];

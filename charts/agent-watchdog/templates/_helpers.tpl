@@ -65,6 +65,10 @@ app.kubernetes.io/component: operator
 {{- printf "%s-approver" (include "agent-watchdog.fullname" .) }}
 {{- end }}
 
+{{- define "agent-watchdog.podSecurityPolicyName" -}}
+{{- printf "%s-pod-security" (include "agent-watchdog.fullname" .) }}
+{{- end }}
+
 {{- define "agent-watchdog.leaderElectionId" -}}
 {{- .Values.leaderElection.id | default (printf "%s.watchdog.dev" (include "agent-watchdog.fullname" .)) }}
 {{- end }}

@@ -47,8 +47,7 @@ function templateServiceAccount(run: AgentRun): string | undefined {
 /**
  * A service account of the template's own that would turn the fencing off: in the modes where the
  * operator gives sandboxes their identity, a template may name its own only if the fencing policy
- * applies to it (its name ends in -sandbox). The chart's admission policy refuses such a run at
- * apply; this is for an operator installed without it.
+ * applies to it (its name ends in -sandbox). Such a run is stopped before its first pod.
  */
 export function unfencedServiceAccount(run: AgentRun, identity: SandboxIdentity): string | undefined {
   if (identity.serviceAccount === "none") return undefined;

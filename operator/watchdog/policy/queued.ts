@@ -76,8 +76,7 @@ export function queued(view: RunView, next: OperatorStatus): Outcome {
 /**
  * A template that names a service account the fencing does not apply to never gets a sandbox: its
  * writes would go unchecked against the run's current pod (a stale or foreign pod could heartbeat
- * for it). The chart's admission policy refuses such a run at apply; an operator installed
- * without it stops the run here, before any pod exists, and says why.
+ * for it). The run stops here, before any pod exists, and says why.
  */
 function refuseServiceAccount(view: RunView, name: string): Outcome {
   const message =

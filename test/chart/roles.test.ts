@@ -91,9 +91,13 @@ describe("roles for people", () => {
     await annotate(as.approver, "asked", { [ANNOTATIONS.approve]: null, [ANNOTATIONS.approvalId]: null, [ANNOTATIONS.resume]: "r1" });
     expect((await getRun(admin, ns, "asked")).metadata.annotations?.[ANNOTATIONS.resume]).toBe("r1");
 
-    const image = await refusal(as.approver.mergePatch(paths.run(ns, "asked"), { spec: { template: { spec: { containers: [{ name: "agent", image: "evil:1", securityContext: { privileged: true } }] } } } }));
-    expect(image.code).toBe(403);
-    expect(image.message).toContain("it may not change spec.template");
+    // A template change that the Pod Security policy has nothing against: only the approver's
+    // limits can refuse it. A privileged one is refused as well, by whichever policy speaks first.
+    const template = await refusal(as.approver.mergePatch(paths.run(ns, "asked"), { spec: { template: { metadata: { labels: { team: "other" } } } } }));
+    expect(template.code).toBe(403);
+    expect(template.message).toContain("it may not change spec.template");
+    const privileged = await refusal(as.approver.mergePatch(paths.run(ns, "asked"), { spec: { template: { spec: { containers: [{ name: "agent", image: "evil:1", securityContext: { privileged: true } }] } } } }));
+    expect(privileged.code).toBe(403);
     const goal = await refusal(as.approver.mergePatch(paths.run(ns, "asked"), { spec: { goal: "something else" }, metadata: { annotations: { [ANNOTATIONS.approve]: "yes" } } }));
     expect(goal.message).toContain("spec.goal");
     const backoff = await refusal(annotate(as.approver, "asked", { [ANNOTATIONS.retryAfter]: "2000-01-01T00:00:00Z" }));

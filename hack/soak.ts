@@ -186,6 +186,7 @@ async function main(argv: string[]): Promise<number> {
   log(`seed ${seed}; files in ${dir}`);
   const rand = random(seed);
   const world = await soakWorld({ node, namespace, dir, log });
+  stopOnSignal = () => world.teardown();
   const observer = new Observer(world.client, namespace, { namespace, name: LEASE_NAME }, world.nodeView);
   const faults: FaultRecord[] = [];
   let settled = false;
@@ -289,6 +290,16 @@ async function main(argv: string[]): Promise<number> {
   const summary = { seed, node, runs, durationMs, settled, faults: record.faults, findings, samples: observer.samples };
   process.stdout.write(`${table(summary)}\n${jsonLine(summary)}\n`);
   return settled && findings.violations.length === 0 ? 0 : 1;
+}
+
+// Stopped early (Ctrl-C, or SIGTERM from a timeout), the soak still stops what it started: the
+// operator replicas, the sandboxes' agents and its namespace, then exits as a signalled process.
+let stopOnSignal: (() => Promise<void>) | undefined;
+for (const [signal, code] of [["SIGINT", 130], ["SIGTERM", 143]] as const) {
+  process.once(signal, () => {
+    process.stderr.write(`[soak] ${signal}: stopping what the soak started\n`);
+    void (stopOnSignal?.() ?? Promise.resolve()).catch(() => undefined).finally(() => process.exit(code));
+  });
 }
 
 main(process.argv.slice(2)).then(

@@ -127,6 +127,7 @@ export async function soakWorld(options: WorldOptions): Promise<SoakWorld> {
 
   const replicas = new Map<string, Replica>();
   let tearingDown = false;
+  let tornDown: Promise<void> | undefined;
   const operatorExits: OperatorExit[] = [];
   let generation = 0;
   const startReplica = async (name: string): Promise<Replica> => {
@@ -136,14 +137,13 @@ export async function soakWorld(options: WorldOptions): Promise<SoakWorld> {
     const identity = `soak-${name}-${++generation}`;
     const logFile = join(dir, `operator-${name}.log`);
     const fd = openSync(logFile, "a");
-    const env: NodeJS.ProcessEnv = { ...process.env, KUBECONFIG: proxy.kubeconfig, POD_NAME: identity };
-    delete env.DATABASE_URL;
+    // The ledger's URL in the environment: on the command line ps would show its password.
+    const env: NodeJS.ProcessEnv = { ...process.env, KUBECONFIG: proxy.kubeconfig, POD_NAME: identity, DATABASE_URL: databaseUrl };
     const child = spawn(
       process.execPath,
       [
         join(root, "operator/cli/operator.ts"),
         `--namespaces=${namespace}`,
-        `--database-url=${databaseUrl}`,
         "--leader-elect",
         `--leader-election-namespace=${namespace}`,
         `--leader-election-id=${LEASE_NAME}`,
@@ -192,24 +192,28 @@ export async function soakWorld(options: WorldOptions): Promise<SoakWorld> {
     replicas,
     operatorExits,
     startReplica,
-    async teardown() {
-      tearingDown = true;
-      for (const replica of replicas.values()) {
-        replica.signalledBySoak = true;
-        if (replica.child.exitCode === null && replica.child.signalCode === null) {
-          const exited = new Promise((resolve) => replica.child.once("exit", resolve));
-          replica.child.kill("SIGTERM");
-          const timer = setTimeout(() => replica.child.kill("SIGKILL"), 10_000);
-          await exited;
-          clearTimeout(timer);
-        }
-      }
-      for (const cleanup of cleanups.reverse()) await cleanup().catch(() => undefined);
-      try {
-        await client.delete(`/api/v1/namespaces/${namespace}`);
-      } catch {
-        // gone already, or the cluster is
-      }
+    // Once, whoever asks first: the end of the soak, or a signal that stops it early.
+    teardown() {
+      return (tornDown ??= tearDown());
     },
   };
+  async function tearDown(): Promise<void> {
+    tearingDown = true;
+    for (const replica of replicas.values()) {
+      replica.signalledBySoak = true;
+      if (replica.child.exitCode === null && replica.child.signalCode === null) {
+        const exited = new Promise((resolve) => replica.child.once("exit", resolve));
+        replica.child.kill("SIGTERM");
+        const timer = setTimeout(() => replica.child.kill("SIGKILL"), 10_000);
+        await exited;
+        clearTimeout(timer);
+      }
+    }
+    for (const cleanup of cleanups.reverse()) await cleanup().catch(() => undefined);
+    try {
+      await client.delete(`/api/v1/namespaces/${namespace}`);
+    } catch {
+      // gone already, or the cluster is
+    }
+  }
 }

@@ -39,9 +39,34 @@ export async function listenConsole(options: ConsoleOptions, address: string, po
   return { server, port: bound, hostName };
 }
 
+/** The pages' build recipe: present in a clone, absent from the package (whose pages are built). */
+const UI_BUILD_CONFIG = fileURLToPath(new URL("./ui/vite.config.ts", import.meta.url));
+
+/**
+ * In a clone whose pages were never built, builds them once (what `npm run build:console` does),
+ * so that a newcomer's first `kubectl agentrun console` just works. Says why when it cannot.
+ */
+async function buildPagesInClone(ctx: Context, uiDir: string): Promise<boolean> {
+  if (uiDir !== UI_DIR || !existsSync(UI_BUILD_CONFIG)) return false;
+  let vite: { build: (config: { configFile: string; logLevel: "warn" }) => Promise<unknown> };
+  try {
+    vite = (await import("vite")) as typeof vite;
+  } catch {
+    return false; // a clone installed without its devDependencies
+  }
+  ctx.io.err("building the console's pages once (npm run build:console)...\n");
+  try {
+    await vite.build({ configFile: UI_BUILD_CONFIG, logLevel: "warn" });
+  } catch (err) {
+    ctx.io.err(`error: building the console's pages failed: ${err instanceof Error ? err.message : String(err)}\n`);
+    return false;
+  }
+  return existsSync(`${uiDir}/index.html`);
+}
+
 export async function serveConsole(ctx: Context): Promise<number> {
   const uiDir = process.env.AGENTRUN_CONSOLE_UI ?? UI_DIR;
-  if (!existsSync(`${uiDir}/index.html`)) {
+  if (!existsSync(`${uiDir}/index.html`) && !(await buildPagesInClone(ctx, uiDir))) {
     ctx.io.err(`error: the console's pages are not built (no ${uiDir}index.html): run npm run build:console\n`);
     return 1;
   }

@@ -27,7 +27,7 @@ import { parseArgs } from "node:util";
 import { formatHistory } from "../operator/ledger/format.ts";
 import { driveUntilSettled, isSettled } from "./demo/driver.ts";
 import { emailsByRun, judge, type JudgeContext } from "./demo/judge.ts";
-import { ledgerHistory } from "./demo/operator.ts";
+import { historyReaderToken, ledgerHistory } from "./demo/operator.ts";
 import { parseMetrics } from "./demo/prometheus.ts";
 import { APPROVAL_ANSWER, DEFAULT_NAMESPACE, DEMO_RUNS, applyRuns } from "./demo/scenario.ts";
 import { sdkWrites, summaryLines } from "./demo/summary.ts";
@@ -147,8 +147,8 @@ async function main(argv: string[]): Promise<number> {
     const shown = DEMO_RUNS.find((r) => r.behaviour === "side-effect-then-crash");
     const shownRun = runs.find((r) => r.metadata.name === shown?.name);
     if (shown && shownRun) {
-      process.stdout.write(`\n${bold(`The ledger's history of ${shown.name}`)} ${dim(`(${shown.behaviour}; GET ${operatorUrl}/history/${namespace}/${shown.name})`)}\n`);
-      const history = await ledgerHistory(operatorUrl, shownRun);
+      process.stdout.write(`\n${bold(`The ledger's history of ${shown.name}`)} ${dim(`(${shown.behaviour}; GET ${operatorUrl}/history/${namespace}/${shown.name} with a token that may get the run)`)}\n`);
+      const history = await ledgerHistory(operatorUrl, namespace, shownRun, await historyReaderToken(kube, namespace));
       const text = history ? formatHistory(history) : "  the ledger holds nothing for it yet\n";
       process.stdout.write(text.split("\n").map((l) => (l ? `  ${l}` : l)).join("\n"));
     }

@@ -4,6 +4,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { closeSync, openSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { isAlreadyExists, type Json, type KubeClient } from "../../operator/kube/client.ts";
 import type { RunHistory } from "../../operator/ledger/read.ts";
 import { freePort } from "../lib/free-port.ts";
 import { pollUntil } from "./cluster.ts";
@@ -24,15 +25,14 @@ export async function startOperator(options: { kubeconfig: string; namespace: st
   const metricsPort = await freePort();
   const healthPort = await freePort();
   const fd = openSync(options.logFile, "a");
-  const env: NodeJS.ProcessEnv = { ...process.env, KUBECONFIG: options.kubeconfig };
+  // The ledger's URL in the environment: on the command line ps would show its password.
+  const env: NodeJS.ProcessEnv = { ...process.env, KUBECONFIG: options.kubeconfig, DATABASE_URL: options.databaseUrl };
   delete env.POD_NAME;
-  delete env.DATABASE_URL;
   const child = spawn(
     process.execPath,
     [
       join(root, "operator/cli/operator.ts"),
       `--namespaces=${options.namespace}`,
-      `--database-url=${options.databaseUrl}`,
       `--metrics-bind-address=127.0.0.1:${metricsPort}`,
       `--health-probe-bind-address=127.0.0.1:${healthPort}`,
       "--log-level=info",
@@ -68,13 +68,42 @@ export async function startOperator(options: { kubeconfig: string; namespace: st
   return handle;
 }
 
+/**
+ * A token the demo reads histories with: a ServiceAccount of the demo's namespace whose only
+ * permission is `get` on its AgentRuns. The operator serves a run's history only to a caller the
+ * API server lets get that run, so this is what any reader of the history needs.
+ */
+export async function historyReaderToken(client: KubeClient, namespace: string): Promise<string> {
+  const name = "demo-history-reader";
+  const rbac = `/apis/rbac.authorization.k8s.io/v1/namespaces/${namespace}`;
+  const ensure = (path: string, body: Json) => client.create(path, body).catch((err: unknown) => {
+    if (!isAlreadyExists(err)) throw err;
+  });
+  await ensure(`/api/v1/namespaces/${namespace}/serviceaccounts`, { apiVersion: "v1", kind: "ServiceAccount", metadata: { name } });
+  await ensure(`${rbac}/roles`, { apiVersion: "rbac.authorization.k8s.io/v1", kind: "Role", metadata: { name }, rules: [{ apiGroups: ["watchdog.dev"], resources: ["agentruns"], verbs: ["get"] }] });
+  await ensure(`${rbac}/rolebindings`, {
+    apiVersion: "rbac.authorization.k8s.io/v1",
+    kind: "RoleBinding",
+    metadata: { name },
+    roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name },
+    subjects: [{ kind: "ServiceAccount", name, namespace }],
+  });
+  const issued = await client.create<{ status: { token: string } }>(`/api/v1/namespaces/${namespace}/serviceaccounts/${name}/token`, {
+    apiVersion: "authentication.k8s.io/v1",
+    kind: "TokenRequest",
+    spec: { expirationSeconds: 3600 },
+  });
+  return issued.status.token;
+}
+
 /** A run's history as the operator's ledger serves it, once it has caught up with the run. */
-export async function ledgerHistory(operatorUrl: string, run: Run, timeoutMs = 20_000): Promise<RunHistory | undefined> {
+export async function ledgerHistory(operatorUrl: string, namespace: string, run: Run, token: string, timeoutMs = 20_000): Promise<RunHistory | undefined> {
   let history: RunHistory | undefined;
   const want = (run.status?.transitions ?? []) as { phase: string }[];
+  const { name, uid } = run.metadata;
   try {
-    await pollUntil(`the ledger to hold ${run.metadata.name}'s history`, timeoutMs, async () => {
-      const res = await fetch(`${operatorUrl}/history?uid=${encodeURIComponent(run.metadata.uid)}`);
+    await pollUntil(`the ledger to hold ${name}'s history`, timeoutMs, async () => {
+      const res = await fetch(`${operatorUrl}/history/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}?uid=${encodeURIComponent(uid)}`, { headers: { authorization: `Bearer ${token}` } });
       if (!res.ok) return false;
       history = (await res.json()) as RunHistory;
       return history.transitions.length >= want.length && history.transitions.at(-1)?.phase === run.status?.phase;

@@ -10,9 +10,10 @@ Commands:
   operator [flags]        run the operator (the image's default); \`operator --help\` lists its flags
   example-agent           run the example agent in a sandbox pod (reads WATCHDOG_RUN_NAME,
                           WATCHDOG_RUN_NAMESPACE, WATCHDOG_ATTEMPT and EXAMPLE_BEHAVIOUR)
-  history <namespace> <name> [--json]
-  history --uid <uid> [--json]
-                          print a run's history from the ledger (reads DATABASE_URL)
+  history <namespace> <name> [--json] [--database-url-file=FILE]
+  history --uid <uid> [--json] [--database-url-file=FILE]
+                          print a run's history from the ledger (reads DATABASE_URL, or the
+                          URL from FILE; never from the command line, where ps shows it)
   help, --help, -h        print this help
 `;
 

@@ -6,9 +6,11 @@ import { EventRecorder } from "../controller/events.ts";
 import { LEADER_DEFAULTS, LeaderElector } from "../controller/leader.ts";
 import { KubeClient } from "../kube/client.ts";
 import { Ledger } from "../ledger/ledger.ts";
+import { historyRoute } from "../ledger/serve.ts";
 import { createLogger } from "../log.ts";
+import { KubernetesAccess } from "../metrics/access.ts";
 import { Metrics } from "../metrics/metrics.ts";
-import { listen, probe } from "../metrics/server.ts";
+import { guarded, listen, probe, type Route } from "../metrics/server.ts";
 import { OptionsError, parseOptions, type OperatorOptions } from "./options.ts";
 
 /**
@@ -69,34 +71,44 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
   metrics.leaderStatus.set(leaderLabels, 0);
 
   const servers: (Server | undefined)[] = [];
+  const serveMetrics: Route = async (_req, res, url) => {
+    if (url.pathname !== "/metrics") return false;
+    const census = controller.census();
+    for (const [phase, count] of Object.entries(census.phases)) metrics.runs.set({ phase }, count);
+    metrics.staleHeartbeats.set(census.staleHeartbeats);
+    metrics.unconfirmedSandboxes.set(census.unconfirmed);
+    metrics.workqueueLongestRunning.set({ name: "agentrun", controller: "agentrun" }, controller.queue.longestRunningMs() / 1000);
+    for (const informer of controller.informers) {
+      const name = informer.options.name;
+      metrics.mirror(`informer/${name}`, metrics.informerRestarts.labels({ informer: name }), informer.restarts);
+    }
+    if (ledger) {
+      const stats = ledger.stats();
+      metrics.ledgerBuffered.set(stats.bufferedRows);
+      metrics.ledgerConnected.set(stats.connected ? 1 : 0);
+      metrics.mirror("ledger/written", metrics.ledgerWritten, stats.writtenRows);
+      metrics.mirror("ledger/lost", metrics.ledgerLost, stats.lostRows);
+      metrics.mirror("ledger/failed", metrics.ledgerFailedFlushes, stats.failedFlushes);
+      metrics.mirror("ledger/gaps", metrics.ledgerGaps, stats.gapsRecorded);
+    }
+    res.writeHead(200, { "content-type": metrics.registry.contentType }).end(await metrics.registry.metrics());
+    return true;
+  };
+  // Who may read what is the API server's to say: a TokenReview for the caller's token, a
+  // SubjectAccessReview for the request. The history always goes through it; /metrics when
+  // --metrics-secure is set (then a scraper needs `get` on the non-resource URL /metrics).
+  const access = new KubernetesAccess(client);
+  const tls = options.tlsCertFile && options.tlsPrivateKeyFile ? { certFile: options.tlsCertFile, keyFile: options.tlsPrivateKeyFile } : undefined;
   servers.push(
-    await listen(options.metricsBindAddress, [
-      async (_req, res, url) => {
-        if (url.pathname !== "/metrics") return false;
-        const census = controller.census();
-        for (const [phase, count] of Object.entries(census.phases)) metrics.runs.set({ phase }, count);
-        metrics.staleHeartbeats.set(census.staleHeartbeats);
-        metrics.unconfirmedSandboxes.set(census.unconfirmed);
-        metrics.workqueueLongestRunning.set({ name: "agentrun", controller: "agentrun" }, controller.queue.longestRunningMs() / 1000);
-        for (const informer of controller.informers) {
-          const name = informer.options.name;
-          metrics.mirror(`informer/${name}`, metrics.informerRestarts.labels({ informer: name }), informer.restarts);
-        }
-        if (ledger) {
-          const stats = ledger.stats();
-          metrics.ledgerBuffered.set(stats.bufferedRows);
-          metrics.ledgerConnected.set(stats.connected ? 1 : 0);
-          metrics.mirror("ledger/written", metrics.ledgerWritten, stats.writtenRows);
-          metrics.mirror("ledger/lost", metrics.ledgerLost, stats.lostRows);
-          metrics.mirror("ledger/failed", metrics.ledgerFailedFlushes, stats.failedFlushes);
-          metrics.mirror("ledger/gaps", metrics.ledgerGaps, stats.gapsRecorded);
-        }
-        res.writeHead(200, { "content-type": metrics.registry.contentType }).end(await metrics.registry.metrics());
-        return true;
-      },
-      // The run history, when the ledger is on: GET /history/<namespace>/<name>.
-      (req, res, url) => ledger?.handleHttp(req, res, url) ?? false,
-    ]),
+    await listen(
+      options.metricsBindAddress,
+      [
+        options.metricsSecure ? guarded(access, "/metrics", { nonResource: { verb: "get", path: "/metrics" } }, serveMetrics) : serveMetrics,
+        // The run history: GET /history/<namespace>/<name>, for a caller who may get that run.
+        historyRoute(ledger, access),
+      ],
+      tls,
+    ),
   );
   servers.push(
     await listen(options.healthProbeBindAddress, [

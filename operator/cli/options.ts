@@ -6,6 +6,7 @@ import { parseYaml } from "../kube/connection.ts";
 import { z } from "zod";
 import { DURATION_PATTERN, parseDuration } from "../api/duration.ts";
 import { InstallDefaults } from "../api/defaults.ts";
+import { DatabaseUrlError, givesRefusedFlag, REFUSAL, resolveDatabaseUrl } from "./database-url.ts";
 
 const duration = z.string().regex(DURATION_PATTERN, "must be a duration such as 30s or 5m").transform(parseDuration);
 const bindAddress = z.string().regex(/^(0|[^:\s]*:\d{1,5})$/, "must be host:port, :port, or 0 to disable");
@@ -19,6 +20,9 @@ export const OperatorOptions = z.strictObject({
   concurrency: z.coerce.number().int("must be a whole number").min(1).max(256).default(16),
   metricsBindAddress: bindAddress.default(":8080"),
   healthProbeBindAddress: bindAddress.default(":8081"),
+  metricsSecure: z.boolean().default(false),
+  tlsCertFile: z.string().min(1).optional(),
+  tlsPrivateKeyFile: z.string().min(1).optional(),
   logLevel: z.enum(["trace", "debug", "info", "warn", "error", "fatal"]).default("info"),
   leaderElect: z.boolean().default(false),
   leaderElectionNamespace: z.string().min(1).default("default"),
@@ -38,6 +42,9 @@ export const OperatorOptions = z.strictObject({
     .pipe(z.number().min(600_000, "must be at least 10m (the API server's minimum for bound tokens)"))
     .prefault("1h"),
   identity: z.string().min(1),
+}).refine((o) => (o.tlsCertFile === undefined) === (o.tlsPrivateKeyFile === undefined), {
+  path: ["tlsCertFile"],
+  message: "--tls-cert-file and --tls-private-key-file go together: give both or neither",
 });
 export type OperatorOptions = z.output<typeof OperatorOptions>;
 
@@ -47,6 +54,11 @@ export const USAGE = `Usage: agent-watchdog operator [flags]   (from a clone: np
   --concurrency=N                  concurrent reconciles (default 16)
   --metrics-bind-address=ADDR      metrics endpoint (default :8080, 0 disables)
   --health-probe-bind-address=ADDR /healthz and /readyz (default :8081)
+  --metrics-secure                 serve /metrics only to callers the API server lets get it
+                                   (TokenReview, SubjectAccessReview); the run history on the
+                                   same address always is, to callers who may get the run
+  --tls-cert-file=PATH             serve the metrics address over HTTPS with this certificate
+  --tls-private-key-file=PATH      and this key (both PEM; reloaded when they change)
   --log-level=LEVEL                trace, debug, info, warn, error (default info)  env LOG_LEVEL
   --leader-elect                   elect a leader on a Lease before reconciling
   --leader-election-namespace=NS   namespace of the Lease (default: the pod's namespace, else default)
@@ -56,7 +68,9 @@ export const USAGE = `Usage: agent-watchdog operator [flags]   (from a clone: np
   --stuck-reconcile-limit=DUR      /healthz fails when one reconcile runs longer (default 2m)
   --defaults-file=PATH             install-wide watchdog defaults (YAML or JSON, spec.watchdog shape)
                                    env WATCHDOG_DEFAULTS may hold the same as JSON
-  --database-url=URL               PostgreSQL ledger                       env DATABASE_URL
+  --database-url-file=FILE         file holding the PostgreSQL ledger's URL (trimmed); wins over
+                                   env DATABASE_URL. Never the URL itself on the command line:
+                                   ps shows it, password and all, to every user of the machine
   --sandbox-service-account=MODE   namespace: one ServiceAccount per namespace bound to
                                    --sandbox-cluster-role; run: one per run, owned by it;
                                    none: the template's own (default none)
@@ -67,6 +81,8 @@ export const USAGE = `Usage: agent-watchdog operator [flags]   (from a clone: np
 export class OptionsError extends Error {}
 
 export function parseOptions(argv: string[], env: NodeJS.ProcessEnv): OperatorOptions {
+  // Refused before parsing, so that the reason is given even when the flag has no value.
+  if (givesRefusedFlag(argv)) throw new OptionsError(REFUSAL);
   let values: Record<string, string | boolean | undefined>;
   try {
     ({ values } = parseArgs({
@@ -77,6 +93,9 @@ export function parseOptions(argv: string[], env: NodeJS.ProcessEnv): OperatorOp
         concurrency: { type: "string" },
         "metrics-bind-address": { type: "string" },
         "health-probe-bind-address": { type: "string" },
+        "metrics-secure": { type: "boolean" },
+        "tls-cert-file": { type: "string" },
+        "tls-private-key-file": { type: "string" },
         "log-level": { type: "string" },
         "leader-elect": { type: "boolean" },
         "leader-election-namespace": { type: "string" },
@@ -85,7 +104,7 @@ export function parseOptions(argv: string[], env: NodeJS.ProcessEnv): OperatorOp
         "watch-silence-limit": { type: "string" },
         "stuck-reconcile-limit": { type: "string" },
         "defaults-file": { type: "string" },
-        "database-url": { type: "string" },
+        "database-url-file": { type: "string" },
         "sandbox-service-account": { type: "string" },
         "sandbox-cluster-role": { type: "string" },
         "sandbox-token-expiration": { type: "string" },
@@ -107,11 +126,22 @@ export function parseOptions(argv: string[], env: NodeJS.ProcessEnv): OperatorOp
     throw new OptionsError(`cannot read watchdog defaults: ${(err as Error).message}`);
   }
 
+  let databaseUrl: string | undefined;
+  try {
+    databaseUrl = resolveDatabaseUrl(values["database-url-file"] as string | undefined, env);
+  } catch (err) {
+    if (!(err instanceof DatabaseUrlError)) throw err;
+    throw new OptionsError(err.message);
+  }
+
   const raw = {
     namespaces: values.namespaces ?? env.WATCH_NAMESPACES,
     concurrency: values.concurrency,
     metricsBindAddress: values["metrics-bind-address"],
     healthProbeBindAddress: values["health-probe-bind-address"],
+    metricsSecure: values["metrics-secure"],
+    tlsCertFile: values["tls-cert-file"],
+    tlsPrivateKeyFile: values["tls-private-key-file"],
     logLevel: values["log-level"] ?? env.LOG_LEVEL,
     leaderElect: values["leader-elect"],
     leaderElectionNamespace: values["leader-election-namespace"] ?? env.POD_NAMESPACE,
@@ -121,7 +151,7 @@ export function parseOptions(argv: string[], env: NodeJS.ProcessEnv): OperatorOp
     stuckReconcileLimit: values["stuck-reconcile-limit"],
     defaultsFile,
     defaults,
-    databaseUrl: values["database-url"] ?? env.DATABASE_URL,
+    databaseUrl,
     sandboxServiceAccount: values["sandbox-service-account"],
     sandboxClusterRole: values["sandbox-cluster-role"],
     sandboxTokenExpiration: values["sandbox-token-expiration"],
@@ -131,7 +161,12 @@ export function parseOptions(argv: string[], env: NodeJS.ProcessEnv): OperatorOp
   if (!parsed.success) {
     const lines = parsed.error.issues.map((issue) => {
       const path = issue.path.map(String);
-      const flag = path[0] === "defaults" ? `watchdog defaults: ${path.slice(1).join(".")}` : `--${(path[0] ?? "").replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+      const flag =
+        path[0] === "defaults"
+          ? `watchdog defaults: ${path.slice(1).join(".")}`
+          : path[0] === "databaseUrl"
+            ? "the ledger's URL (DATABASE_URL or --database-url-file)"
+            : `--${(path[0] ?? "").replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
       return `  ${flag}: ${issue.message}`;
     });
     throw new OptionsError(`invalid options:\n${lines.join("\n")}`);

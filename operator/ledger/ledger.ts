@@ -14,7 +14,6 @@
 // hold. The ledger pulls the objects itself through `listRuns` when it needs them: at start,
 // after every reconnect, and after it dropped rows. What neither the buffer nor the objects hold
 // any more is recorded in ledger_gaps and logged, so the ledger says what it could not recover.
-import type { IncomingMessage, ServerResponse } from "node:http";
 import { Pool, type PoolClient, type PoolConfig } from "pg";
 import type { Json } from "../kube/client.ts";
 import type { Logger } from "../log.ts";
@@ -274,46 +273,6 @@ export class Ledger {
   /** The history of the run with this uid, or undefined when the ledger has none. */
   historyByUid(uid: string): Promise<RunHistory | undefined> {
     return readHistory(this.pool, { uid });
-  }
-
-  /**
-   * Serves `GET /history/<namespace>/<name>` and `GET /history?uid=<uid>` as JSON. Returns false
-   * for any other path, so it can sit in a list of routes.
-   */
-  async handleHttp(req: IncomingMessage, res: ServerResponse, url: URL): Promise<boolean> {
-    const byName = /^\/history\/([^/]+)\/([^/]+)\/?$/.exec(url.pathname);
-    const uid = url.pathname === "/history" || url.pathname === "/history/" ? url.searchParams.get("uid") : null;
-    if (!byName && !uid) return false;
-    const send = (code: number, body: unknown) => {
-      res.writeHead(code, { "content-type": "application/json" });
-      res.end(req.method === "HEAD" ? undefined : `${JSON.stringify(body)}\n`);
-    };
-    if (req.method !== "GET" && req.method !== "HEAD") {
-      res.setHeader("allow", "GET, HEAD");
-      send(405, { error: `method ${req.method ?? "?"} not allowed` });
-      return true;
-    }
-    let namespace = "";
-    let name = "";
-    try {
-      if (byName) {
-        namespace = decodeURIComponent(byName[1] as string);
-        name = decodeURIComponent(byName[2] as string);
-      }
-    } catch {
-      send(400, { error: "malformed path" });
-      return true;
-    }
-    let history: RunHistory | undefined;
-    try {
-      history = uid ? await this.historyByUid(uid) : await this.history(namespace, name);
-    } catch (err) {
-      send(503, { error: `ledger unavailable: ${err instanceof Error ? err.message : String(err)}` });
-      return true;
-    }
-    if (!history) send(404, { error: `no history recorded for ${uid ? `uid ${uid}` : `${namespace}/${name}`}` });
-    else send(200, history);
-    return true;
   }
 
   // -------------------------------------------------------------------------------------------

@@ -1,6 +1,11 @@
 // The HTTP endpoints: metrics on one address, health and readiness probes on another, as
-// controller-runtime serves them (:8080/metrics, :8081/healthz and /readyz).
+// controller-runtime serves them (:8080/metrics, :8081/healthz and /readyz). The metrics address
+// serves HTTPS when given a certificate, which is reloaded when its files change (a Secret
+// rotated by cert-manager or the chart), so a renewal needs no restart.
+import { readFileSync, unwatchFile, watchFile } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { createServer as createHttpsServer } from "node:https";
+import type { AccessAttributes, AccessDecision } from "./access.ts";
 
 export type Check = () => string[] | Promise<string[]>;
 export type Route = (req: IncomingMessage, res: ServerResponse, url: URL) => boolean | Promise<boolean>;
@@ -13,12 +18,26 @@ export function parseBindAddress(address: string): { host: string; port: number 
   return { host: match[1] || "0.0.0.0", port: Number(match[2]) };
 }
 
-export function listen(address: string, routes: Route[]): Promise<Server | undefined> {
+/** PEM files of the serving certificate (with its chain) and its private key. */
+export interface TlsFiles {
+  certFile: string;
+  keyFile: string;
+}
+
+const CERT_RELOAD_INTERVAL_MS = 30_000;
+
+export function listen(address: string, routes: Route[], tls?: TlsFiles): Promise<Server | undefined> {
   const bind = parseBindAddress(address);
   if (!bind) return Promise.resolve(undefined);
-  const server = createServer((req, res) => {
+  const handler = (req: IncomingMessage, res: ServerResponse) => {
     void (async () => {
-      const url = new URL(req.url ?? "/", "http://localhost");
+      let url: URL;
+      try {
+        url = new URL(req.url ?? "/", "http://localhost");
+      } catch {
+        res.writeHead(400, { "content-type": "text/plain" }).end("malformed URL\n");
+        return;
+      }
       try {
         for (const route of routes) if (await route(req, res, url)) return;
         res.writeHead(404, { "content-type": "text/plain" }).end("not found\n");
@@ -26,11 +45,55 @@ export function listen(address: string, routes: Route[]): Promise<Server | undef
         res.writeHead(500, { "content-type": "text/plain" }).end(`${String(err)}\n`);
       }
     })();
-  });
+  };
+  let server: Server;
+  if (tls) {
+    const read = () => ({ cert: readFileSync(tls.certFile), key: readFileSync(tls.keyFile) });
+    const secure = createHttpsServer({ ...read(), minVersion: "TLSv1.2" }, handler);
+    const reload = () => {
+      try {
+        secure.setSecureContext({ ...read(), minVersion: "TLSv1.2" });
+      } catch {
+        // A half-written pair (the key renewed, the certificate not yet): keep serving the old
+        // one; the next change of either file tries again.
+      }
+    };
+    watchFile(tls.certFile, { interval: CERT_RELOAD_INTERVAL_MS }, reload);
+    watchFile(tls.keyFile, { interval: CERT_RELOAD_INTERVAL_MS }, reload);
+    secure.once("close", () => {
+      unwatchFile(tls.certFile, reload);
+      unwatchFile(tls.keyFile, reload);
+    });
+    server = secure;
+  } else {
+    server = createServer(handler);
+  }
   return new Promise((resolve, reject) => {
     server.once("error", reject);
     server.listen(bind.port, bind.host, () => resolve(server));
   });
+}
+
+/**
+ * A route served only to callers the API server lets do what `attributes` say (401 without an
+ * accepted token, 403 without the permission); `inner` runs only after that.
+ */
+export function guarded(access: { check: (req: IncomingMessage, attributes: AccessAttributes) => Promise<AccessDecision> }, path: string, attributes: AccessAttributes, inner: Route): Route {
+  return async (req, res, url) => {
+    if (url.pathname !== path) return false;
+    let decision: AccessDecision;
+    try {
+      decision = await access.check(req, attributes);
+    } catch (err) {
+      res.writeHead(503, { "content-type": "text/plain", "retry-after": "1" }).end(`cannot check access with the API server: ${err instanceof Error ? err.message : String(err)}\n`);
+      return true;
+    }
+    if (!decision.allowed) {
+      res.writeHead(decision.code, { "content-type": "text/plain", ...(decision.code === 401 ? { "www-authenticate": 'Bearer realm="agent-watchdog"' } : {}) }).end(`${decision.reason}\n`);
+      return true;
+    }
+    return inner(req, res, url);
+  };
 }
 
 /** A probe route: 200 "ok" when every check passes, 500 with the problems otherwise. */

@@ -2,6 +2,7 @@
 // on, what the values schema refuses, and that the chart agrees with the operator it deploys (its
 // flags parse, its defaults file is the operator's, its policy protects exactly the operator's
 // status fields).
+import { X509Certificate } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -142,6 +143,8 @@ describe("helm template with the default values", () => {
         "ClusterRole/agent-watchdog-view",
         "ClusterRole/agent-watchdog-edit",
         "ClusterRole/agent-watchdog-approver",
+        "ClusterRole/agent-watchdog-metrics-reader",
+        "ClusterRoleBinding/agent-watchdog-auth-delegator",
         "ClusterRoleBinding/agent-watchdog-manager",
         "ClusterRoleBinding/agent-watchdog-nodes",
         "ConfigMap/agent-watchdog-defaults",
@@ -298,6 +301,9 @@ describe("helm template with every feature on", () => {
     expect(find(objects, "ValidatingAdmissionPolicy")).toBeDefined();
 
     expect(operatorContainer(objects).env).toContainEqual({ name: "DATABASE_URL", valueFrom: { secretKeyRef: { name: "ledger-db", key: "url" } } });
+    // The URL carries the password: never in args (not even as $(DATABASE_URL), which the kubelet
+    // expands), since ps on the node shows them to every user.
+    expect(operatorContainer(objects).args.filter((arg: string) => /database.url|postgres/i.test(arg))).toEqual([]);
   });
 
   it("hands the watchdog defaults to the operator in the shape of spec.watchdog, false and 0 included", async () => {
@@ -434,6 +440,42 @@ describe("helm template with every feature on", () => {
     ]);
     for (const role of ["sandbox", "view", "edit", "approver"]) expect(find(objects, "ClusterRole", `team-a-agent-watchdog-${role}`), role).toBeDefined();
     expect(optionsOf(objects)).toMatchObject({ sandboxClusterRole: "team-a-agent-watchdog-sandbox", leaderElectionId: "team-a-agent-watchdog.watchdog.dev" });
+  });
+});
+
+describe("helm template with secure metrics serving", () => {
+  it("serves the metrics port over HTTPS with a generated certificate, and /metrics only to callers with get /metrics", async () => {
+    const objects = await render({ metrics: { secure: true, tls: { enabled: true }, serviceMonitor: { enabled: true } } }, { namespace: NS });
+    const container = operatorContainer(objects);
+    expect(container.args).toEqual(expect.arrayContaining(["--metrics-secure", "--tls-cert-file=/etc/agent-watchdog/tls/tls.crt", "--tls-private-key-file=/etc/agent-watchdog/tls/tls.key"]));
+    expect(optionsOf(objects)).toMatchObject({ metricsSecure: true, tlsCertFile: "/etc/agent-watchdog/tls/tls.crt", tlsPrivateKeyFile: "/etc/agent-watchdog/tls/tls.key" });
+    const secret = find(objects, "Secret", `${RELEASE}-metrics-tls`);
+    expect(secret.type).toBe("kubernetes.io/tls");
+    const pem = (key: string) => Buffer.from(secret.data[key], "base64").toString();
+    expect(pem("tls.crt")).toContain("BEGIN CERTIFICATE");
+    expect(pem("tls.key")).toContain("PRIVATE KEY");
+    const cert = new X509Certificate(pem("tls.crt"));
+    expect(cert.subjectAltName).toContain(`DNS:${RELEASE}-metrics.${NS}.svc`);
+    expect(cert.verify(new X509Certificate(pem("ca.crt")).publicKey)).toBe(true);
+    const volume = find(objects, "Deployment").spec.template.spec.volumes.find((v: any) => v.name === "metrics-tls");
+    expect(volume.secret.secretName).toBe(`${RELEASE}-metrics-tls`);
+    expect(container.volumeMounts).toContainEqual({ name: "metrics-tls", mountPath: "/etc/agent-watchdog/tls", readOnly: true });
+
+    const endpoint = find(objects, "ServiceMonitor").spec.endpoints[0];
+    expect(endpoint).toMatchObject({ scheme: "https", bearerTokenFile: "/var/run/secrets/kubernetes.io/serviceaccount/token", tlsConfig: { serverName: `${RELEASE}-metrics.${NS}.svc`, ca: { secret: { name: `${RELEASE}-metrics-tls`, key: "ca.crt" } } } });
+    expect(find(objects, "ClusterRole", `${RELEASE}-metrics-reader`).rules).toEqual([{ nonResourceURLs: ["/metrics"], verbs: ["get"] }]);
+  });
+
+  it("uses a Secret of the user's own, and always lets the operator ask the API server who may read what", async () => {
+    const objects = await render({ metrics: { tls: { enabled: true, secretName: "metrics-cert" } } }, { namespace: NS });
+    expect(all(objects, "Secret").filter((s) => s.metadata.name.endsWith("-metrics-tls"))).toEqual([]);
+    expect(find(objects, "Deployment").spec.template.spec.volumes.find((v: any) => v.name === "metrics-tls").secret.secretName).toBe("metrics-cert");
+    expect(operatorContainer(objects).args).not.toContain("--metrics-secure");
+    for (const values of [{}, { watchNamespaces: ["agents"] }]) {
+      const binding = find(await render(values, { namespace: NS }), "ClusterRoleBinding", `${RELEASE}-auth-delegator`);
+      expect(binding.roleRef).toEqual({ apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "system:auth-delegator" });
+      expect(binding.subjects).toEqual([{ kind: "ServiceAccount", name: RELEASE, namespace: NS }]);
+    }
   });
 });
 

@@ -42,7 +42,7 @@ beforeAll(async () => {
   client = kube();
   ns = await newNamespace(client, "e2e-behaviours");
   db = await createDatabase(inject("databaseUrl"), import.meta.filename);
-  operator = await startOperator(ns, [`--database-url=${db.url}`]);
+  operator = await startOperator(ns, [], { DATABASE_URL: db.url });
   sandboxes = await startRunner(ns, { env: { ...EXAMPLE_ENV } });
 
   // Never two sandboxes: watch every pod of the namespace for the whole scenario.

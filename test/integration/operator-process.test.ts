@@ -38,6 +38,11 @@ it("refuses bad options at start with a message that names the option", async ()
   expect(silence.stderr).toContain("--watch-silence-limit");
   const unknown = await run(["--frobnicate"]);
   expect(unknown.stderr).toMatch(/frobnicate/);
+  // The ledger's URL carries a password: refused on the command line, and never echoed.
+  const url = await run(["--database-url=postgres://watchdog:hunter2@127.0.0.1:1/db"]);
+  expect(url.code).toBe(2);
+  expect(url.stderr).toContain("--database-url is not accepted: a password on the command line is visible to every user in ps");
+  expect(url.stderr).not.toContain("hunter2");
   const defaults = await run([], { WATCHDOG_DEFAULTS: JSON.stringify({ heartbeatTimeout: "5 minutes" }) });
   expect(defaults.code).toBe(2);
   expect(defaults.stderr).toContain("heartbeatTimeout");

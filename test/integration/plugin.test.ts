@@ -107,11 +107,11 @@ async function runningPod(run: string, attempt = 1): Promise<any> {
   return pod;
 }
 
-function startCluster(operatorArgs: () => string[] = () => []): void {
+function startCluster(operatorEnv: () => NodeJS.ProcessEnv = () => ({})): void {
   beforeEach(async (ctx) => {
     client = kube();
     ns = await newNamespace(client, `plugin-${ctx.task.name.toLowerCase().replace(/[^a-z0-9]+/g, "-").slice(0, 30).replace(/-$/, "")}`);
-    operator = await startOperator(ns, operatorArgs());
+    operator = await startOperator(ns, [], operatorEnv());
   });
   afterEach(async (ctx) => {
     await operator?.stop();
@@ -214,7 +214,7 @@ describe("kubectl agentrun against a real cluster and operator", () => {
       /^ {2}Backoff: +5m, x2 per retry, at most 10m$/m,
       /^ {2}BackingOff +True +HeartbeatTimeout +\d+s +no heartbeat for/m,
       /^Last failure:\n {2}Reason: +HeartbeatTimeout\n {2}Time: .*\n {2}Attempt: +1, while ExecutingTool\n/m,
-      /^Timeline \(status.transitions and Events; the full history needs the ledger: set DATABASE_URL or pass --database-url\):$/m,
+      /^Timeline \(status.transitions and Events; the full history needs the ledger: set DATABASE_URL or pass --database-url-file\):$/m,
       /^ {2}\S+ {2}phase {2}Queued {2}\(attempt 1\) {2}Created/m,
       /^ {2}\S+ {2}phase {2}Starting -> ExecutingTool {2}\(attempt 1\)$/m,
       /^ {2}\S+ {2}phase {2}ExecutingTool -> Queued {2}\(attempt 2\) {2}HeartbeatTimeout: no heartbeat/m,
@@ -342,7 +342,7 @@ describe("kubectl agentrun against a real cluster and operator", () => {
     const lines = out.split("\n");
     expect(lines[0]).toBe(`AgentRun ${ns}/short  (uid ${done.metadata.uid})`);
     expect(lines[1]).toBe(
-      `Only what the cluster still holds: the latest ${done.status.transitions.length} status.transitions (status keeps at most 20) and the run's Events (the API server expires them); the full history needs the ledger: set DATABASE_URL or pass --database-url.`,
+      `Only what the cluster still holds: the latest ${done.status.transitions.length} status.transitions (status keeps at most 20) and the run's Events (the API server expires them); the full history needs the ledger: set DATABASE_URL or pass --database-url-file.`,
     );
     expect(out).toMatch(/^\S+ {2}phase {2}Queued -> Starting {2}\(attempt 1\)$/m);
     expect(out).toMatch(/^\S+ {2}phase {2}Planning -> Completed {2}\(attempt 1\) {2}Completed: the agent container of sandbox pod short-1-\w+ exited 0$/m);
@@ -445,13 +445,20 @@ async function sharedPostgres(): Promise<string> {
 
 describe("kubectl agentrun with the ledger", () => {
   let db: TestDatabase;
+  let dir: string | undefined;
+  /** The URL in a file, as a mounted Secret holds it: with a trailing newline. */
+  let urlFile: string;
   beforeAll(async () => {
     db = await createDatabase(await sharedPostgres(), import.meta.filename);
+    dir = mkdtempSync(join(tmpdir(), "agentrun-ledger-"));
+    urlFile = join(dir, "database-url");
+    writeFileSync(urlFile, `${db.url}\n`, { mode: 0o600 });
   }, 180_000);
   afterAll(async () => {
     await db?.drop();
+    if (dir) rmSync(dir, { recursive: true, force: true });
   });
-  startCluster(() => [`--database-url=${db.url}`]);
+  startCluster(() => ({ DATABASE_URL: db.url }));
 
   it("describe merges the ledger's tool calls, and history prints the full history, also after the run is deleted", async () => {
     await createRun(client, ns, runManifest("ledgered"));
@@ -470,14 +477,14 @@ describe("kubectl agentrun with the ledger", () => {
     // The ledger writes behind the operator (and the ledger suite may have the server down for a
     // while): poll until it holds the whole run.
     const history = await waitFor("the ledger's history of the run", async () => {
-      const text = await ok(["history", "ledgered", "-n", ns, "--database-url", db.url]);
+      const text = await ok(["history", "ledgered", "-n", ns, "--database-url-file", urlFile]);
       return text.includes("phase  Planning -> Completed") && text.includes("tool   fetch [call-2] Succeeded") ? text : undefined;
     }, { timeoutMs: 90_000, intervalMs: 500 });
     expect(history).toMatch(new RegExp(`^AgentRun ${ns}/ledgered {2}\\(uid ${uid}\\)$`, "m"));
     expect(history).toMatch(/^\S+ {2}tool {3}search \[call-1\] Failed in 0ms: HTTP 500 boom {2}\(attempt 1\) {2}args h1$/m);
     expect(history).not.toContain("the full history needs the ledger");
 
-    // DATABASE_URL works as well as the flag; Events are written after the status, so wait for the last one.
+    // DATABASE_URL works as well as the file; Events are written after the status, so wait for the last one.
     const page = await waitFor("describe to show the Completed Event", async () => {
       const text = await ok(["describe", "ledgered", "-n", ns], { DATABASE_URL: db.url });
       return text.includes("event  Normal Completed: attempt 1 completed") ? text : undefined;

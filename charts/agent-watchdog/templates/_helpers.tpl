@@ -69,6 +69,10 @@ app.kubernetes.io/component: operator
 {{- printf "%s-pod-security" (include "agent-watchdog.fullname" .) }}
 {{- end }}
 
+{{- define "agent-watchdog.metricsTlsSecretName" -}}
+{{- .Values.metrics.tls.secretName | default (printf "%s-metrics-tls" (include "agent-watchdog.fullname" .)) }}
+{{- end }}
+
 {{- define "agent-watchdog.leaderElectionId" -}}
 {{- .Values.leaderElection.id | default (printf "%s.watchdog.dev" (include "agent-watchdog.fullname" .)) }}
 {{- end }}

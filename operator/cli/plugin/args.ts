@@ -2,6 +2,7 @@
 // before or after the subcommand, as with kubectl, but each subcommand accepts only its own.
 import { parseArgs } from "node:util";
 import { isDnsLabel, isDnsSubdomain } from "../../api/names.ts";
+import { DatabaseUrlError, REFUSAL, REFUSED_FLAG, resolveDatabaseUrl } from "../database-url.ts";
 
 export const COMMANDS = ["list", "describe", "history", "resume", "approve", "reject", "suspend", "unsuspend", "console"] as const;
 export type CommandName = (typeof COMMANDS)[number];
@@ -16,6 +17,7 @@ export interface Invocation {
   kubeconfig?: string;
   context?: string;
   output: Output;
+  /** The ledger's URL, from --database-url-file or DATABASE_URL; never from the command line. */
   databaseUrl?: string;
   force: boolean;
   answer?: string;
@@ -46,6 +48,9 @@ const OPTIONS = {
   kubeconfig: { type: "string" },
   context: { type: "string" },
   output: { type: "string", short: "o" },
+  "database-url-file": { type: "string" },
+  // Recognised only to be refused, with why (see ../database-url.ts); a string, so that its value
+  // is not taken for the run's name.
   "database-url": { type: "string" },
   force: { type: "boolean" },
   answer: { type: "string" },
@@ -58,7 +63,7 @@ const OPTIONS = {
 type Flag = keyof typeof OPTIONS;
 
 /** Flags whose value is free text: it may start with a dash. */
-const FREE_TEXT: readonly Flag[] = ["answer", "reason", "database-url"];
+const FREE_TEXT: readonly Flag[] = ["answer", "reason"];
 const COMMON: readonly Flag[] = ["namespace", "kubeconfig", "context", "help"];
 
 const COMMON_HELP = `Flags for every command:
@@ -66,6 +71,10 @@ const COMMON_HELP = `Flags for every command:
       --kubeconfig PATH  kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)
       --context NAME     kubeconfig context to use (default: the current context)
   -h, --help             show help`;
+
+/** How the commands that read the ledger are given its URL, which the command line never carries. */
+const LEDGER_HELP = `      --database-url-file FILE  file holding the ledger's PostgreSQL URL (default: $DATABASE_URL);
+                                the URL is never a flag: ps shows a command line to every user`;
 
 interface CommandSpec {
   /** One line for the general usage. */
@@ -94,28 +103,28 @@ HEARTBEAT the age of the current attempt's last heartbeat, NUDGES stall nudges s
   describe: {
     summary: "show a run: spec, effective watchdog settings, conditions, failure, stall, approval, timeline",
     run: true,
-    flags: ["database-url"],
+    flags: ["database-url-file"],
     outputs: ["table"],
-    usage: `Usage: kubectl agentrun describe RUN [--database-url URL]
+    usage: `Usage: kubectl agentrun describe RUN [--database-url-file FILE]
 
 Shows a run's spec, effective watchdog settings, conditions, last failure, stall state and approval,
 and a timeline merged from its Events, status.transitions and, when a ledger is given, the ledger.
 
-      --database-url URL  the ledger's PostgreSQL database (default: $DATABASE_URL)`,
+${LEDGER_HELP}`,
   },
   history: {
     summary: "a run's history: the ledger's full history, or what the cluster still holds",
     run: true,
-    flags: ["database-url", "output"],
+    flags: ["database-url-file", "output"],
     outputs: ["table", "json"],
-    usage: `Usage: kubectl agentrun history RUN [--database-url URL] [-o json]
+    usage: `Usage: kubectl agentrun history RUN [--database-url-file FILE] [-o json]
 
 Prints the run's full history from the ledger (every phase transition and tool call) when a ledger
 is given; the ledger also keeps the history of deleted runs. Without one, prints what the cluster
 still holds: the latest status.transitions and the run's Events.
 
-      --database-url URL  the ledger's PostgreSQL database (default: $DATABASE_URL)
-  -o, --output json       the history as JSON`,
+${LEDGER_HELP}
+  -o, --output json             the history as JSON`,
   },
   resume: {
     summary: "resume a run that needs a person, with fresh budgets (watchdog.dev/resume)",
@@ -179,18 +188,18 @@ Sets spec.suspend to false: the run is queued again as a new attempt.`,
   console: {
     summary: "serve the web console (runs, a run's timeline, the intervention queue) with your kubeconfig",
     run: false,
-    flags: ["port", "address", "database-url"],
+    flags: ["port", "address", "database-url-file"],
     outputs: ["table"],
-    usage: `Usage: kubectl agentrun console [--port 8090] [--address 127.0.0.1] [--database-url URL]
+    usage: `Usage: kubectl agentrun console [--port 8090] [--address 127.0.0.1] [--database-url-file FILE]
 
 Serves the web console on http://ADDRESS:PORT and prints its link, which carries a session token:
 the console refuses any request without it. Every read and every action is made with your
 kubeconfig's identity, so RBAC decides what you see and may do, exactly as with kubectl. Stops on
 Ctrl-C.
 
-      --port PORT         port to listen on (default 8090; 0 picks a free one)
-      --address ADDRESS   address to listen on (default 127.0.0.1, this machine only)
-      --database-url URL  the ledger, for runs' full history (default: $DATABASE_URL)`,
+      --port PORT               port to listen on (default 8090; 0 picks a free one)
+      --address ADDRESS         address to listen on (default 127.0.0.1, this machine only)
+${LEDGER_HELP}`,
   },
 };
 
@@ -213,7 +222,8 @@ export function usage(command?: CommandName): string {
 
 const isCommand = (word: string | undefined): word is CommandName => (COMMANDS as readonly string[]).includes(word ?? "");
 
-export function parse(argv: readonly string[]): Parsed {
+/** The command line, and the environment for what may also come from it (the ledger's URL). */
+export function parse(argv: readonly string[], env: NodeJS.ProcessEnv): Parsed {
   let parsed;
   try {
     parsed = parseArgs({ args: [...argv], options: OPTIONS, allowPositionals: true, strict: false, tokens: true });
@@ -242,6 +252,7 @@ export function parse(argv: readonly string[]): Parsed {
   for (const token of tokens) {
     if (token.kind !== "option") continue;
     const name = token.name as Flag;
+    if (name === REFUSED_FLAG) throw new UsageError(REFUSAL, command);
     if (!(name in OPTIONS)) throw new UsageError(`unknown flag ${token.rawName}`, command);
     if (!COMMON.includes(name) && !spec.flags.includes(name)) throw new UsageError(`${command} does not take ${token.rawName}`, command);
     if (OPTIONS[name].type === "string") {
@@ -282,6 +293,17 @@ export function parse(argv: readonly string[]): Parsed {
     throw new UsageError(`unsupported output format "${outputFlag}" for ${command}: use ${allowed.join(" or ")}`, command);
   }
 
+  // Read here, so that a file that cannot be read is bad usage, told before anything is run.
+  let databaseUrl: string | undefined;
+  if (spec.flags.includes("database-url-file")) {
+    try {
+      databaseUrl = resolveDatabaseUrl(values["database-url-file"] as string | undefined, env);
+    } catch (err) {
+      if (!(err instanceof DatabaseUrlError)) throw err;
+      throw new UsageError(err.message, command);
+    }
+  }
+
   return {
     invocation: {
       command,
@@ -291,7 +313,7 @@ export function parse(argv: readonly string[]): Parsed {
       ...(values.kubeconfig !== undefined ? { kubeconfig: values.kubeconfig as string } : {}),
       ...(values.context !== undefined ? { context: values.context as string } : {}),
       output,
-      ...(values["database-url"] !== undefined ? { databaseUrl: values["database-url"] as string } : {}),
+      ...(databaseUrl !== undefined ? { databaseUrl } : {}),
       force: values.force === true,
       ...(values.answer !== undefined ? { answer: values.answer as string } : {}),
       ...(values.reason !== undefined ? { reason: values.reason as string } : {}),

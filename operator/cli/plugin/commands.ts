@@ -43,9 +43,11 @@ export class Context {
     return this.inv.run as string;
   }
   get databaseUrl(): string | undefined {
-    return this.inv.databaseUrl ?? (this.env.DATABASE_URL || undefined);
+    return this.inv.databaseUrl;
   }
 }
+
+const NO_LEDGER = "the full history needs the ledger: set DATABASE_URL or pass --database-url-file";
 
 const statusOf = (run: Json) => (run.status ?? {}) as AgentRunStatus;
 const metaOf = (run: Json) => run.metadata as { name: string; namespace: string; uid?: string; resourceVersion?: string; annotations?: Record<string, string> };
@@ -118,7 +120,7 @@ export async function runTimeline(ctx: Context, run: Json, fromStatus = false): 
       : undefined,
   ]);
   const sources = history ? "the ledger, status.transitions and Events" : "status.transitions and Events";
-  if (!url) notes.push("the full history needs the ledger: set DATABASE_URL or pass --database-url");
+  if (!url) notes.push(NO_LEDGER);
   const status = statusOf(run);
   const lastNudge = status.stall?.lastNudge;
   const timeline = mergeTimeline({
@@ -156,7 +158,7 @@ async function history(ctx: Context): Promise<number> {
       notes.push(`the ledger could not be read`);
     }
   } else {
-    notes.push("the full history needs the ledger: set DATABASE_URL or pass --database-url");
+    notes.push(NO_LEDGER);
   }
 
   const run = await ctx.cluster.getRun(ctx.run, ctx.namespace);

@@ -15,7 +15,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv, term
   const io = terminalWriter(terminal);
   let parsed;
   try {
-    parsed = parse(argv);
+    parsed = parse(argv, env);
   } catch (err) {
     if (!(err instanceof UsageError)) throw err;
     io.err(`error: ${err.message}\n\n${usage(err.command)}\n`);

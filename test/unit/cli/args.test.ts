@@ -1,16 +1,24 @@
 // The command line of kubectl agentrun: what each subcommand accepts, and how bad usage is told.
-import { describe, expect, it } from "vitest";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { REFUSAL } from "../../../operator/cli/database-url.ts";
 import { COMMANDS, GENERAL_USAGE, parse, usage, UsageError, type Invocation } from "../../../operator/cli/plugin/args.ts";
 
 function invocation(...argv: string[]): Invocation {
-  const parsed = parse(argv);
+  return invocationWith({}, ...argv);
+}
+
+function invocationWith(env: NodeJS.ProcessEnv, ...argv: string[]): Invocation {
+  const parsed = parse(argv, env);
   if (!("invocation" in parsed)) throw new Error(`expected a command, got help: ${parsed.help.slice(0, 40)}`);
   return parsed.invocation;
 }
 
 function usageError(...argv: string[]): UsageError {
   try {
-    parse(argv);
+    parse(argv, {});
   } catch (err) {
     if (err instanceof UsageError) return err;
     throw err;
@@ -32,7 +40,7 @@ describe("parsing kubectl agentrun's arguments", () => {
   });
 
   it("parses each run command with its run and own flags", () => {
-    expect(invocation("describe", "r1", "--database-url", "postgres://u@h/db")).toMatchObject({ command: "describe", run: "r1", databaseUrl: "postgres://u@h/db" });
+    expect(invocation("describe", "r1")).toMatchObject({ command: "describe", run: "r1" });
     expect(invocation("history", "r1", "-o", "json")).toMatchObject({ command: "history", run: "r1", output: "json" });
     expect(invocation("resume", "r1")).toMatchObject({ command: "resume", run: "r1", force: false });
     expect(invocation("resume", "r1", "--force")).toMatchObject({ force: true });
@@ -55,19 +63,19 @@ describe("parsing kubectl agentrun's arguments", () => {
   });
 
   it("gives help for every command, and general help", () => {
-    expect(parse(["--help"])).toEqual({ help: GENERAL_USAGE });
-    expect(parse(["help"])).toEqual({ help: GENERAL_USAGE });
+    expect(parse(["--help"], {})).toEqual({ help: GENERAL_USAGE });
+    expect(parse(["help"], {})).toEqual({ help: GENERAL_USAGE });
     for (const command of COMMANDS) {
       const help = usage(command);
       expect(help).toContain(`Usage: kubectl agentrun ${command}`);
       expect(help).toContain("--namespace");
-      expect(parse([command, "--help"])).toEqual({ help });
-      expect(parse([command, "-h"])).toEqual({ help });
-      expect(parse(["help", command])).toEqual({ help });
+      expect(parse([command, "--help"], {})).toEqual({ help });
+      expect(parse([command, "-h"], {})).toEqual({ help });
+      expect(parse(["help", command], {})).toEqual({ help });
       expect(GENERAL_USAGE).toContain(`  ${command}`);
     }
     // help wins over anything else wrong on the line
-    expect(parse(["approve", "--help", "--force"])).toEqual({ help: usage("approve") });
+    expect(parse(["approve", "--help", "--force"], {})).toEqual({ help: usage("approve") });
   });
 
   it("rejects bad usage with a message naming what is wrong", () => {
@@ -102,5 +110,68 @@ describe("parsing kubectl agentrun's arguments", () => {
     expect(invocation("describe", "a.b-c.0")).toMatchObject({ run: "a.b-c.0" });
     expect(usageError("describe", "A").message).toContain("not a valid run name");
     expect(usageError("describe", "-r").message).toContain("unknown flag -r");
+  });
+});
+
+describe("the ledger's URL, which never comes from the command line", () => {
+  const dir = mkdtempSync(join(tmpdir(), "agentrun-args-"));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  const file = (name: string, content: string) => {
+    const path = join(dir, name);
+    writeFileSync(path, content);
+    return path;
+  };
+  const fromFile = "postgres://watchdog:from-file@db:5432/ledger";
+  const fromEnv = { DATABASE_URL: "postgres://watchdog:from-env@db:5432/ledger" };
+
+  it("reads it from --database-url-file, trimmed, for each command that reads the ledger", () => {
+    const path = file("url", `\n  ${fromFile}\n`);
+    expect(invocation("describe", "r1", "--database-url-file", path)).toMatchObject({ databaseUrl: fromFile });
+    expect(invocation("history", "r1", `--database-url-file=${path}`)).toMatchObject({ databaseUrl: fromFile });
+    expect(invocation("--database-url-file", path, "console")).toMatchObject({ databaseUrl: fromFile });
+    expect(usageError("list", "--database-url-file", path).message).toBe("list does not take --database-url-file");
+  });
+
+  it("takes DATABASE_URL, but only where the ledger is read, and the file over it", () => {
+    expect(invocationWith(fromEnv, "history", "r1")).toMatchObject({ databaseUrl: fromEnv.DATABASE_URL });
+    expect(invocationWith(fromEnv, "history", "r1", "--database-url-file", file("wins", fromFile))).toMatchObject({ databaseUrl: fromFile });
+    expect(invocationWith({ DATABASE_URL: "" }, "history", "r1")).not.toHaveProperty("databaseUrl");
+    expect(invocationWith(fromEnv, "list")).not.toHaveProperty("databaseUrl");
+  });
+
+  it("refuses --database-url, saying why and what to use instead, with or without a value", () => {
+    for (const argv of [
+      ["history", "r1", "--database-url", "postgres://u:secret@h/db"],
+      ["describe", "r1", "--database-url=postgres://u:secret@h/db"],
+      ["--database-url", "postgres://u:secret@h/db", "console"],
+      ["list", "--database-url"],
+    ]) {
+      const err = usageError(...argv);
+      expect(err.message, argv.join(" ")).toBe(REFUSAL);
+      expect(err.command, argv.join(" ")).toBe(argv.find((a) => a === "history" || a === "describe" || a === "console" || a === "list"));
+    }
+    expect(REFUSAL).toBe(
+      "--database-url is not accepted: a password on the command line is visible to every user in ps; set DATABASE_URL or pass --database-url-file=FILE",
+    );
+  });
+
+  it("refuses a file it cannot read or that holds nothing, naming the flag and the file", () => {
+    const missing = join(dir, "missing");
+    expect(usageError("history", "r1", "--database-url-file", missing)).toMatchObject({
+      message: `--database-url-file=${missing}: cannot read the file: no such file`,
+      command: "history",
+    });
+    const empty = file("empty", " \n\t\n");
+    expect(usageError("describe", "r1", `--database-url-file=${empty}`).message).toBe(`--database-url-file=${empty}: the file is empty`);
+    expect(usageError("console", "--database-url-file", dir).message).toBe(`--database-url-file=${dir}: cannot read the file: it is a directory`);
+    expect(usageError("history", "r1", "--database-url-file").message).toBe("--database-url-file needs a value");
+  });
+
+  it("documents the file and DATABASE_URL in the help of each command that reads the ledger", () => {
+    for (const command of ["describe", "history", "console"] as const) {
+      expect(usage(command)).toContain("--database-url-file FILE");
+      expect(usage(command)).toContain("$DATABASE_URL");
+      expect(usage(command)).not.toMatch(/--database-url(?!-file)/);
+    }
   });
 });

@@ -25,7 +25,7 @@ let consoles: ListeningConsole[] = [];
 let main: ListeningConsole;
 
 async function startConsole(token = TOKEN): Promise<ListeningConsole> {
-  const parsed = parse(["console", "--kubeconfig", api.kubeconfig]);
+  const parsed = parse(["console", "--kubeconfig", api.kubeconfig], {});
   if (!("invocation" in parsed)) throw new Error("not an invocation");
   const ctx = new Context(parsed.invocation, {}, { out: () => undefined, err: () => undefined });
   const listening = await listenConsole({ ctx, guard: new Guard(token), uiDir }, "127.0.0.1", 0);

@@ -48,15 +48,15 @@ const UI_BUILD_CONFIG = fileURLToPath(new URL("./ui/vite.config.ts", import.meta
  */
 async function buildPagesInClone(ctx: Context, uiDir: string): Promise<boolean> {
   if (uiDir !== UI_DIR || !existsSync(UI_BUILD_CONFIG)) return false;
-  let vite: { build: (config: { configFile: string; logLevel: "warn" }) => Promise<unknown> };
+  let buildPages: () => Promise<void>;
   try {
-    vite = (await import("vite")) as typeof vite;
+    ({ buildPages } = await import("./ui/build.ts"));
   } catch {
     return false; // a clone installed without its devDependencies
   }
   ctx.io.err("building the console's pages once (npm run build:console)...\n");
   try {
-    await vite.build({ configFile: UI_BUILD_CONFIG, logLevel: "warn" });
+    await buildPages();
   } catch (err) {
     ctx.io.err(`error: building the console's pages failed: ${err instanceof Error ? err.message : String(err)}\n`);
     return false;

@@ -97,7 +97,9 @@ it("fails /healthz when its watches go silent, and recovers when they come back"
   expect(body).toMatch(/watch .* silent/);
 
   // The informer notices too and starts over, rather than waiting on a dead connection.
-  await waitFor("the informer to restart itself", () => operator!.logs.some((l) => l.includes("watch silent; restarting")), { timeoutMs: 15_000 });
+  // Each informer's silence is timed on its own: thawing as soon as the first restarts (the pods'
+  // or the nodes') could come before the runs' informer noticed, and it is the one checked below.
+  await waitFor("the runs' informer to restart itself", () => operator!.logs.some((l) => l.includes("watch silent; restarting") && l.includes('"informer":"agentruns/')), { timeoutMs: 15_000 });
   proxy.thaw();
   await waitFor("/healthz to recover", async () => ((await healthz()) === 200 ? true : undefined), { timeoutMs: 90_000 });
   const restarts = (await operator.metrics()).split("\n").filter((l) => l.startsWith("watchdog_informer_restarts_total{"));

@@ -2,6 +2,7 @@
 // the CRD in crds/ is generated from them (hack/generate-crds.ts), and the operator and the
 // sandbox SDK parse objects with them. Constraints written here become CEL rules in the CRD.
 import { z } from "zod";
+import { DECIMAL_PATTERN, PRICE_PATTERN } from "./decimal.ts";
 import { DURATION_PATTERN, durationNanos } from "./duration.ts";
 import { isCalendarDay, TIMESTAMP_RE } from "./timestamp.ts";
 
@@ -36,6 +37,13 @@ const duration = (description: string, min?: string) => {
 };
 
 const count = (min: number, description: string) => z.int().min(min).max(1_000_000).meta({ description });
+
+/** A count that may grow large (tokens): up to 2^53 - 1, what JavaScript holds exactly. */
+const amount = (description: string) => z.int().min(0).max(Number.MAX_SAFE_INTEGER).meta({ description });
+
+/** Money as a decimal string (see decimal.ts): never a float. */
+const decimal = (description: string) =>
+  z.string().max(37).regex(DECIMAL_PATTERN, "must be a decimal number such as 12.50 (at most 18 digits either side of the point)").meta({ description });
 
 const timestamp = (description: string) =>
   z
@@ -137,6 +145,81 @@ export const WatchdogSpec = z
       "Watchdog settings. Each field left out takes the operator's install default, then the built-in default.",
   });
 
+// ---------------------------------------------------------------------------------------------
+// run budgets
+
+/** The limits a run budget can set, in the order a breach names them. Also the `limit` label of watchdog_budget_exhausted_total. */
+export const BUDGET_LIMITS = ["tokens", "inputTokens", "outputTokens", "cost", "toolCalls", "wallClock"] as const;
+export type BudgetLimit = (typeof BUDGET_LIMITS)[number];
+
+export const CostLimit = z
+  .strictObject({
+    amount: decimal('The most the run may cost, all attempts together, as a decimal string such as "12.50".'),
+    currency: z
+      .string()
+      .min(1)
+      .max(16)
+      .regex(/^[A-Za-z][A-Za-z0-9_-]*$/, "must be a currency code such as USD")
+      .meta({ description: "The currency of amount, of the cost the sandbox reports and of spec.budget.prices, such as USD. The operator converts nothing." }),
+  })
+  .meta({ description: "A cost limit: the run stops for a person (BudgetExhausted) once its cost reaches amount." });
+
+export const ModelPrice = z
+  .strictObject({
+    model: z.string().min(1).max(256).meta({ description: "The model name as the sandbox reports it in status.heartbeat.usage.model." }),
+    inputPerMillion: z
+      .string()
+      .max(28)
+      .regex(PRICE_PATTERN, "must be a decimal number such as 3.00 (at most 12 fraction digits)")
+      .meta({ description: 'Price of a million input tokens, in the cost currency, as a decimal string such as "3.00".' }),
+    outputPerMillion: z
+      .string()
+      .max(28)
+      .regex(PRICE_PATTERN, "must be a decimal number such as 15.00 (at most 12 fraction digits)")
+      .meta({ description: 'Price of a million output tokens, in the cost currency, as a decimal string such as "15.00".' }),
+  })
+  .meta({ description: "How one model's tokens become cost." });
+export type ModelPrice = z.infer<typeof ModelPrice>;
+
+/** How many prices a budget lists. */
+export const MAX_PRICES = 32;
+
+export const BudgetSpec = z
+  .strictObject({
+    tokens: amount(
+      "Input plus output tokens the run may use, all attempts together. The run stops for a person (BudgetExhausted) once it has used this many. Default: no limit.",
+    ).optional(),
+    inputTokens: amount("Input (prompt) tokens the run may use, all attempts together. Default: no limit.").optional(),
+    outputTokens: amount("Output (completion) tokens the run may use, all attempts together. Default: no limit.").optional(),
+    cost: CostLimit.optional(),
+    wallClock: duration(
+      "How long the run may take from the start of its first sandbox, across attempts, backoff and waits for a reply included (the Job controller's activeDeadlineSeconds, except that suspending does not restart it); measured on the API server's clock, whether or not the sandbox reports. Not acted on while spec.suspend is true. Default: no limit.",
+    ).optional(),
+    toolCalls: amount("Tool calls the run may make, all attempts together. Default: no limit.").optional(),
+    warnAt: z
+      .number()
+      .gt(0)
+      .max(1)
+      .meta({
+        description:
+          "The fraction of any limit at which a Warning Event BudgetWarning is sent, once per limit (and again if the limit is changed). 0 < warnAt <= 1. Default 0.8.",
+      })
+      .optional(),
+    prices: z
+      .array(ModelPrice)
+      .max(MAX_PRICES)
+      .meta({
+        description:
+          "How reported tokens become cost where the sandbox reports no cost: the price of the model its usage names (the first entry for a model counts). Install default prices apply to models the run does not price.",
+      })
+      .optional(),
+  })
+  .meta({
+    description:
+      "Run budget: limits on what the whole run may spend, all attempts together. Each field left out takes the operator's install default, if any. status.spent holds what ended attempts spent.",
+  });
+export type BudgetSpec = z.infer<typeof BudgetSpec>;
+
 // The sandbox pod template. The pod spec itself is validated by the API server when the operator
 // creates the pod; here we insist on what every pod needs: at least one named container.
 export const Container = z
@@ -180,6 +263,7 @@ export const AgentRunSpec = z
       })
       .optional(),
     watchdog: WatchdogSpec.optional(),
+    budget: BudgetSpec.optional(),
   })
   .refine(
     (spec) => spec.watchdog?.agentContainer === undefined || spec.template.spec.containers.some((c) => c.name === spec.watchdog?.agentContainer),
@@ -204,14 +288,49 @@ export const Activity = z
   })
   .meta({ description: "The agent's latest activity, which drives the stall watchdog." });
 
+export const Usage = z
+  .strictObject({
+    inputTokens: amount("Input (prompt) tokens the attempt has used so far.").optional(),
+    outputTokens: amount("Output (completion) tokens the attempt has used so far.").optional(),
+    cost: decimal(
+      "What the attempt has cost so far, in the budget's currency, as a decimal string. Left out, the operator prices the tokens from spec.budget.prices by model.",
+    ).optional(),
+    toolCalls: amount("Tool calls the attempt has made so far.").optional(),
+    model: z.string().min(1).max(256).meta({ description: "The model the tokens were used with, as spec.budget.prices names it." }).optional(),
+  })
+  .meta({
+    description:
+      "The current attempt's cumulative spending. Written with every heartbeat from the attempt's first on (zeros before anything is spent), since a merge patch would otherwise keep an earlier attempt's figures. Never goes down within an attempt.",
+  });
+export type Usage = z.infer<typeof Usage>;
+
+/**
+ * Within one attempt a report never lowers what the attempt already reported; a new attempt
+ * starts from anything. Checked by the API server on every heartbeat write (a transition rule), so
+ * that a sandbox cannot spend, lower its figures and spend again. Cost is compared as a double:
+ * rounding is monotonic, so an honest report always passes.
+ */
+const notLower = (field: string, compare: (v: string) => string = (v) => v) =>
+  `(!has(oldSelf.usage.${field}) || (has(self.usage.${field}) && ${compare(`self.usage.${field}`)} >= ${compare(`oldSelf.usage.${field}`)}))`;
+export const USAGE_MONOTONIC_RULE = {
+  rule:
+    "self.attempt != oldSelf.attempt || !has(oldSelf.usage) || (has(self.usage) && " +
+    [notLower("inputTokens"), notLower("outputTokens"), notLower("toolCalls"), notLower("cost", (v) => `double(${v})`)].join(" && ") +
+    ")",
+  message: "heartbeat.usage may not go down within an attempt: a report may not lower what the attempt already reported",
+  fieldPath: ".usage",
+  reason: "FieldValueInvalid",
+};
+
 export const Heartbeat = z
   .strictObject({
     time: timestamp("When the sandbox last reported it was alive."),
     attempt: count(1, "The attempt the writing sandbox belongs to; stale attempts are ignored."),
     state: z.enum(SANDBOX_STATES).meta({ description: "What the agent is doing." }),
     activity: Activity.optional(),
+    usage: Usage.optional(),
   })
-  .meta({ description: "Liveness report written by the sandbox." });
+  .meta({ description: "Liveness report written by the sandbox.", "x-kubernetes-validations": [USAGE_MONOTONIC_RULE] });
 
 export const ToolCallError = z
   .strictObject({
@@ -394,6 +513,52 @@ export const EffectiveWatchdog = z
   .meta({ description: "Effective watchdog settings: the run's spec.watchdog over the install defaults over built-in defaults." });
 export type EffectiveWatchdog = z.infer<typeof EffectiveWatchdog>;
 
+export const EffectiveBudget = z
+  .strictObject({
+    tokens: z.int().meta({ description: "Effective limit on input plus output tokens." }).optional(),
+    inputTokens: z.int().meta({ description: "Effective limit on input tokens." }).optional(),
+    outputTokens: z.int().meta({ description: "Effective limit on output tokens." }).optional(),
+    cost: z
+      .strictObject({
+        amount: z.string().meta({ description: "The most the run may cost." }),
+        currency: z.string().meta({ description: "Its currency." }),
+      })
+      .meta({ description: "Effective cost limit." })
+      .optional(),
+    wallClock: z.string().meta({ description: "Effective limit on the time from the first start." }).optional(),
+    toolCalls: z.int().meta({ description: "Effective limit on tool calls." }).optional(),
+    warnAt: z.number().meta({ description: "Effective fraction of a limit at which BudgetWarning is sent." }),
+  })
+  .meta({ description: "Effective run budget: the run's spec.budget over the install defaults. Absent when no limit applies." });
+export type EffectiveBudget = z.infer<typeof EffectiveBudget>;
+
+export const Spent = z
+  .strictObject({
+    inputTokens: amount("Input tokens the ended attempts used."),
+    outputTokens: amount("Output tokens the ended attempts used."),
+    cost: z
+      .string()
+      .max(64)
+      .meta({ description: "What the ended attempts cost, as a decimal string in the budget's currency: reported, or priced from spec.budget.prices." }),
+    toolCalls: amount("Tool calls the ended attempts made."),
+    wallClock: z.string().max(64).meta({ description: "Time from the run's first start to the last fold (informational; the wall-clock limit is measured from status.startTime)." }).optional(),
+    throughAttempt: count(0, "The last attempt whose usage is included: each attempt is added once, whoever decides and however often."),
+  })
+  .meta({
+    description:
+      "What the ended attempts of the run spent, folded in by the operator from each attempt's last status.heartbeat.usage when the attempt ended. The run's spending is this plus the current attempt's heartbeat.usage; the sandbox cannot write it.",
+  });
+export type Spent = z.infer<typeof Spent>;
+
+export const BudgetWarningRecord = z
+  .strictObject({
+    limit: z.enum(BUDGET_LIMITS).meta({ description: "The limit warned about." }),
+    of: z.string().max(64).meta({ description: "The limit's value the warning was sent for: a changed limit warns again at its own threshold." }),
+    time: timestamp("When the BudgetWarning Event was sent."),
+  })
+  .meta({ description: "A BudgetWarning Event already sent." });
+export type BudgetWarningRecord = z.infer<typeof BudgetWarningRecord>;
+
 export const TerminatingPod = z
   .strictObject({
     name: z.string().max(253).meta({ description: "The pod." }),
@@ -432,7 +597,7 @@ export const AgentRunStatus = z
       .meta({ description: "Sandbox pods deleted and not yet confirmed gone (rule 9)." })
       .optional(),
     retryAfter: timestamp("No sandbox starts before this time (mirrors the watchdog.dev/retry-after annotation).").optional(),
-    startTime: timestamp("When the first sandbox was started.").optional(),
+    startTime: timestamp("When the first sandbox was started; kept across attempts, resumes and suspensions (spec.budget.wallClock counts from it).").optional(),
     completionTime: timestamp("When the run reached a terminal phase.").optional(),
     observedGeneration: z.int().min(0).meta({ description: "The spec generation last acted on." }).optional(),
     observedResume: z.string().max(256).meta({ description: "The last watchdog.dev/resume value acted on." }).optional(),
@@ -457,6 +622,13 @@ export const AgentRunStatus = z
       .meta({ description: "The latest phase transitions, newest last; the ledger catches up from them after an outage." })
       .optional(),
     watchdog: EffectiveWatchdog.optional(),
+    budget: EffectiveBudget.optional(),
+    spent: Spent.optional(),
+    budgetWarnings: z
+      .array(BudgetWarningRecord)
+      .max(BUDGET_LIMITS.length)
+      .meta({ description: "The limits whose BudgetWarning Event has been sent (status.budget.warnAt of them spent), one entry per limit, so that each is sent once." })
+      .optional(),
     timeoutsChangedAt: timestamp(
       "When the effective heartbeatTimeout or startTimeout last changed (a spec edit, or a new install default): a deadline counts from here at the earliest, so that a sandbox still on the old heartbeat interval has a whole new timeout to learn it.",
     ).optional(),

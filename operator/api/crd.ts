@@ -93,13 +93,17 @@ function toStructural(node: Json, path: string[], cel: boolean): Json {
     case "integer":
     case "number": {
       const min = node.minimum;
+      // zod's .gt(): OpenAPI 3.0 states an exclusive bound as a flag beside the minimum.
+      const exclusive = node.exclusiveMinimum === true;
       // JavaScript holds integers exactly only up to 2^53, so the CRD admits no more than that.
-      if (typeof min === "number" && min >= -MAX_SAFE && !cel) out.minimum = min;
-      else if (typeof min === "number" && min >= -MAX_SAFE) {
+      if (typeof min === "number" && min >= -MAX_SAFE && !cel) {
+        out.minimum = min;
+        if (exclusive) out.exclusiveMinimum = true;
+      } else if (typeof min === "number" && min >= -MAX_SAFE) {
         const literal = node.type === "number" ? `${min}.0` : `${min}`;
         rules.push({
-          rule: `self >= ${literal}`,
-          message: `must be greater than or equal to ${min}`,
+          rule: `self ${exclusive ? ">" : ">="} ${literal}`,
+          message: `must be greater than ${exclusive ? "" : "or equal to "}${min}`,
           reason: "FieldValueInvalid",
         });
       }

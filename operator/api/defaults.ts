@@ -1,7 +1,8 @@
-// Resolution of watchdog settings: the run's spec.watchdog field by field, then the install's
-// defaults (operator configuration, from Helm values), then the built-in defaults below.
+// Resolution of watchdog settings and run budgets: the run's spec.watchdog (spec.budget) field by
+// field, then the install's defaults (operator configuration, from Helm values), then the built-in
+// defaults below.
 import type { z } from "zod";
-import { WatchdogSpec, type EffectiveWatchdog } from "./agentrun.ts";
+import { BudgetSpec, WatchdogSpec, type EffectiveBudget, type EffectiveWatchdog, type ModelPrice } from "./agentrun.ts";
 import { parseDuration } from "./duration.ts";
 
 export const BUILTIN_DEFAULTS: EffectiveWatchdog = {
@@ -23,8 +24,13 @@ export const BUILTIN_DEFAULTS: EffectiveWatchdog = {
   unconfirmedAfter: "2m",
 };
 
-/** Install-wide defaults: every field of spec.watchdog but the agent container, which only a run can name. */
-export const InstallDefaults = WatchdogSpec.omit({ agentContainer: true });
+/**
+ * Install-wide defaults: every field of spec.watchdog but the agent container, which only a run can
+ * name; and, under `budget`, defaults for spec.budget.
+ */
+export const InstallDefaults = WatchdogSpec.omit({ agentContainer: true }).extend({
+  budget: BudgetSpec.meta({ description: "Install-wide defaults for spec.budget, field by field." }).optional(),
+});
 export type InstallDefaults = z.infer<typeof InstallDefaults>;
 
 type Layer = z.infer<typeof WatchdogSpec> | undefined;
@@ -120,5 +126,66 @@ export function toSettings(effective: EffectiveWatchdog): WatchdogSettings {
     ...(effective.agentContainer ? { agentContainer: effective.agentContainer } : {}),
     killGracePeriodSeconds: Math.max(1, Math.ceil(parseDuration(effective.killGracePeriod) / 1000)),
     unconfirmedAfterMs: parseDuration(effective.unconfirmedAfter),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// run budgets
+
+/** warnAt when neither the run nor the install sets it. */
+export const BUILTIN_WARN_AT = 0.8;
+
+/** The limits that apply to a run, with durations in milliseconds, as the watchdog core uses them. */
+export interface BudgetSettings {
+  tokens?: number;
+  inputTokens?: number;
+  outputTokens?: number;
+  cost?: { amount: string; currency: string };
+  wallClock?: string;
+  wallClockMs?: number;
+  toolCalls?: number;
+  warnAt: number;
+  /** The run's prices, then the install's for models the run does not price. */
+  prices: ModelPrice[];
+}
+
+/** Effective budget for a run: spec.budget over the install's budget defaults, field by field. */
+export function resolveBudget(spec: BudgetSpec | undefined, install: BudgetSpec | undefined): BudgetSettings {
+  const pickField = <K extends keyof BudgetSpec>(key: K): BudgetSpec[K] => spec?.[key] ?? install?.[key];
+  const own = spec?.prices ?? [];
+  const priced = new Set(own.map((p) => p.model));
+  const settings: BudgetSettings = {
+    warnAt: pickField("warnAt") ?? BUILTIN_WARN_AT,
+    prices: [...own, ...(install?.prices ?? []).filter((p) => !priced.has(p.model))],
+  };
+  for (const key of ["tokens", "inputTokens", "outputTokens", "toolCalls"] as const) {
+    const value = pickField(key);
+    if (value !== undefined) settings[key] = value;
+  }
+  const cost = pickField("cost");
+  if (cost) settings.cost = { amount: cost.amount, currency: cost.currency };
+  const wallClock = pickField("wallClock");
+  if (wallClock !== undefined) {
+    settings.wallClock = wallClock;
+    settings.wallClockMs = parseDuration(wallClock);
+  }
+  return settings;
+}
+
+/** Whether any limit applies. */
+export const hasLimits = (b: BudgetSettings) =>
+  b.tokens !== undefined || b.inputTokens !== undefined || b.outputTokens !== undefined || b.cost !== undefined || b.wallClock !== undefined || b.toolCalls !== undefined;
+
+/** What status.budget shows: the effective limits, or nothing when no limit applies. */
+export function effectiveBudget(b: BudgetSettings): EffectiveBudget | undefined {
+  if (!hasLimits(b)) return undefined;
+  return {
+    ...(b.tokens !== undefined ? { tokens: b.tokens } : {}),
+    ...(b.inputTokens !== undefined ? { inputTokens: b.inputTokens } : {}),
+    ...(b.outputTokens !== undefined ? { outputTokens: b.outputTokens } : {}),
+    ...(b.cost ? { cost: { ...b.cost } } : {}),
+    ...(b.wallClock !== undefined ? { wallClock: b.wallClock } : {}),
+    ...(b.toolCalls !== undefined ? { toolCalls: b.toolCalls } : {}),
+    warnAt: b.warnAt,
   };
 }

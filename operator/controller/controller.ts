@@ -574,6 +574,9 @@ export class Controller {
         case "nudge":
           this.metrics.nudges.inc();
           break;
+        case "budgetExhausted":
+          this.metrics.budgetExhausted.inc({ limit: signal.limit });
+          break;
       }
     }
   }

@@ -1,6 +1,7 @@
 // The operator's Prometheus series. Generic series carry controller-runtime's names so existing
 // dashboards and alerts work; the watchdog's own series start with watchdog_.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { BUDGET_LIMITS } from "../api/agentrun.ts";
 import type { QueueMetrics } from "../controller/queue.ts";
 
 export const CONTROLLER = "agentrun";
@@ -130,6 +131,12 @@ export class Metrics {
     labelNames: ["reason"] as const,
     registers: [this.registry],
   });
+  readonly budgetExhausted = new Counter({
+    name: "watchdog_budget_exhausted_total",
+    help: "Runs stopped for a person because spending reached a spec.budget limit, by the limit (the first reached, in the order tokens, inputTokens, outputTokens, cost, toolCalls, wallClock)",
+    labelNames: ["limit"] as const,
+    registers: [this.registry],
+  });
   readonly nudges = new Counter({
     name: "watchdog_nudges_total",
     help: "Stall nudges recorded",
@@ -188,7 +195,8 @@ export class Metrics {
     this.hungKilled.inc(0);
     this.nudges.inc(0);
     // Every reason starts at 0, so increase() sees the first event after a restart.
-    for (const reason of ["ToolLoop", "RecoveryBudgetExhausted", "StallUnresolved", "UnconfirmedSideEffect"]) this.needsHuman.inc({ reason }, 0);
+    for (const reason of ["ToolLoop", "RecoveryBudgetExhausted", "StallUnresolved", "UnconfirmedSideEffect", "BudgetExhausted"]) this.needsHuman.inc({ reason }, 0);
+    for (const limit of BUDGET_LIMITS) this.budgetExhausted.inc({ limit }, 0);
     for (const reason of ["HeartbeatTimeout", "PodFailed", "RateLimited", "StartTimeout"]) this.requeues.inc({ reason }, 0);
     this.staleHeartbeats.set(0);
     this.unconfirmedSandboxes.set(0);

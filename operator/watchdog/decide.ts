@@ -9,12 +9,13 @@
 //   3. run the guard chain (GUARDS below): the first guard with an answer decides; a hand-over to
 //      Queued (a resume, an unsuspend, an approval) runs the chain once more, so that a later
 //      guard (spec.suspend) still wins over it;
-//   4. delete pods that are not the current attempt's; end a request the run no longer waits on;
-//      keep the finalizer while a sandbox may run; derive conditions and transitions; cut
+//   4. delete pods that are not the current attempt's; fold ended attempts' usage into
+//      status.spent and watch the budget (policy/budget.ts); end a request the run no longer waits
+//      on; keep the finalizer while a sandbox may run; derive conditions and transitions; cut
 //      everything to the CRD's limits; diff against what is stored.
 import { ACTIVE_PHASES, type AgentRunStatus, type Phase } from "../api/agentrun.ts";
 import { ANNOTATIONS, FINALIZER } from "../api/annotations.ts";
-import { resolveWatchdog, toSettings, type InstallDefaults } from "../api/defaults.ts";
+import { effectiveBudget, resolveBudget, resolveWatchdog, toSettings, type InstallDefaults } from "../api/defaults.ts";
 import { cutToCodePoints, jsonBytes, MAX_SANDBOX_STATUS_BYTES } from "../api/limits.ts";
 import { readAnswers } from "./answers.ts";
 import { withinLimits } from "./bounds.ts";
@@ -25,6 +26,7 @@ import { HEARTBEAT_FIELD, hasWork, podView, readRun, serverWriteTime, type NodeV
 import { event, type Outcome, type OperatorStatus } from "./outcome.ts";
 import { OPERATOR_STATUS_FIELDS, type AnnotationPatch, type MetricSignal, type Plan, type PlannedEvent, type PodDeletion, type StatusPatch } from "./plan.ts";
 import { GUARDS, HAND_OVERS } from "./guards.ts";
+import { budgetWatch, foldSpent } from "./policy/budget.ts";
 import { newResumeToken } from "./policy/lifecycle.ts";
 import { retryAfterOf } from "./policy/queued.ts";
 import { REASONS } from "./reasons.ts";
@@ -81,7 +83,7 @@ const quiet = (phase: Phase, summary: string): Plan => ({ deletePods: [], events
 const sandboxBytes = (status: Record<string, unknown> | undefined) => jsonBytes({ heartbeat: status?.heartbeat, toolCalls: status?.toolCalls, checkpoint: status?.checkpoint });
 
 /** What a write the API server refused may still hold: the record of the stop, and nothing it might have refused. */
-const REFUSAL_FIELDS: ReadonlySet<string> = new Set(["phase", "reason", "message", "attempt", "restarts", "podName", "podUID", "nodeName", "podGracePeriodSeconds", "terminating", "conditions"]);
+const REFUSAL_FIELDS: ReadonlySet<string> = new Set(["phase", "reason", "message", "attempt", "restarts", "podName", "podUID", "nodeName", "podGracePeriodSeconds", "terminating", "conditions", "spent"]);
 
 /** Decides what to do with one run. */
 export function decide(input: DecideInput): Plan {
@@ -92,6 +94,7 @@ export function decide(input: DecideInput): Plan {
   const rawStatus = (input.run as { status?: Record<string, unknown> }).status;
   const effective = resolveWatchdog(run.spec.watchdog, input.defaults);
   const settings = toSettings(effective);
+  const budget = resolveBudget(run.spec.budget, input.defaults?.budget);
   const now = input.now;
   const deleting = Boolean(run.metadata.deletionTimestamp);
 
@@ -110,6 +113,7 @@ export function decide(input: DecideInput): Plan {
     run,
     status,
     settings,
+    budget,
     now,
     identity: input.sandbox ?? DEFAULT_SANDBOX_IDENTITY,
     // filled in below, once the attempt is known
@@ -154,6 +158,7 @@ export function decide(input: DecideInput): Plan {
     next.timeoutsChangedAt = isoSeconds(now);
   }
   next.watchdog = effective;
+  next.budget = effectiveBudget(budget);
 
   // The run's pods as rule 9 sees them: those it owns, and those its status tracks by uid whatever
   // their labels and owners now say. A current pod that vanished is tracked like a deleted one.
@@ -218,6 +223,11 @@ export function decide(input: DecideInput): Plan {
   const current = currentPod(view, next);
   const strays = view.sandboxes.owned.filter((p) => hasWork(p) && !p.deleting && p !== current);
   if (strays.length) apply({ summary: "", deletions: strays.map((pod) => ({ pod, kill: false })) });
+
+  // Spending: an attempt that ended is folded into status.spent once; a run still going is warned,
+  // and woken at its wall-clock deadline.
+  apply(foldSpent(view, next));
+  apply(budgetWatch(view, next));
 
   // A request ends when the run leaves the wait: an answer naming it is refused from now on, and
   // never approves whatever the agent asks next (rule 11).

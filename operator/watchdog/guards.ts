@@ -6,6 +6,7 @@
 import { ACTIVE_PHASES, TERMINAL_PHASES, type Phase } from "../api/agentrun.ts";
 import type { Outcome, OperatorStatus } from "./outcome.ts";
 import { released } from "./policy/awaiting.ts";
+import { overBudget, resumeOverBudget } from "./policy/budget.ts";
 import { needsHuman } from "./policy/failure.ts";
 import { cleanUp, resumption, suspension } from "./policy/lifecycle.ts";
 import { queued } from "./policy/queued.ts";
@@ -30,8 +31,11 @@ const writeRefused: Guard = (view, next) =>
     ? undefined
     : needsHuman(view, next, REASONS.statusWriteRefused, `the API server refused the run's status write (${view.refusedWrite})`, currentPod(view, next));
 
-/** A new watchdog.dev/resume value on a run that needs a person: a new attempt, with fresh allowances. */
-const resumed: Guard = resumption;
+/**
+ * A new watchdog.dev/resume value on a run that needs a person: a new attempt, with fresh
+ * allowances; refused while the run's spending is still at a spec.budget limit.
+ */
+const resumed: Guard = (view, next) => resumeOverBudget(view, next) ?? resumption(view, next);
 
 /** A run that needs a person runs nothing until resumed. */
 const waitingForPerson: Guard = (view, next) => (next.phase === "NeedsHumanIntervention" ? cleanUp(view, "waiting for a person") : undefined);
@@ -50,6 +54,12 @@ const oversizeReport: Guard = (view, next) => {
   return needsHuman(view, next, REASONS.sandboxReportTooLarge, `${view.oversizeReport}; clear status.checkpoint (or the records) and resume`, running);
 };
 
+/**
+ * spec.budget: a run whose spending has reached a limit stops for a person, and no sandbox starts
+ * for it: also after an unsuspend or an approval, until the limit is raised.
+ */
+const budgetSpent: Guard = overBudget;
+
 /** The phase's own policy. */
 const byPhase: Guard = (view, next) => {
   if (next.phase === "Queued") return queued(view, next);
@@ -57,4 +67,4 @@ const byPhase: Guard = (view, next) => {
   return running(view, next);
 };
 
-export const GUARDS: readonly Guard[] = [finished, beingDeleted, writeRefused, resumed, waitingForPerson, suspended, oversizeReport, byPhase];
+export const GUARDS: readonly Guard[] = [finished, beingDeleted, writeRefused, resumed, waitingForPerson, suspended, oversizeReport, budgetSpent, byPhase];

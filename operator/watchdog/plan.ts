@@ -1,6 +1,6 @@
 // What the watchdog core hands to the controller: everything to write, delete, create and emit
 // for one run, and when to look at the run again. The controller executes plans; it never decides.
-import type { AgentRunStatus, Phase } from "../api/agentrun.ts";
+import type { AgentRunStatus, BudgetLimit, Phase } from "../api/agentrun.ts";
 import type { SandboxPodManifest } from "./sandbox-pod.ts";
 
 /** The operator-owned status fields. A plan never names a sandbox-owned field. */
@@ -28,6 +28,9 @@ export const OPERATOR_STATUS_FIELDS = [
   "approval",
   "transitions",
   "watchdog",
+  "budget",
+  "spent",
+  "budgetWarnings",
   "timeoutsChangedAt",
 ] as const;
 export type OperatorStatusField = (typeof OPERATOR_STATUS_FIELDS)[number];
@@ -57,7 +60,8 @@ export type MetricSignal =
   | { kind: "hungKilled"; deadline: number }
   | { kind: "requeue"; reason: string }
   | { kind: "needsHuman"; reason: string }
-  | { kind: "nudge" };
+  | { kind: "nudge" }
+  | { kind: "budgetExhausted"; limit: BudgetLimit };
 
 export interface PodDeletion {
   name: string;

@@ -35,6 +35,8 @@ export const REASONS = {
   approvalWithdrawn: "ApprovalWithdrawn",
   deleting: "Deleting",
   serviceAccountRefused: "ServiceAccountRefused",
+  budgetExhausted: "BudgetExhausted",
+  budgetWarning: "BudgetWarning",
 } as const;
 
 /** Failures that spend the recovery allowance (maxRestarts). */
@@ -47,4 +49,5 @@ export type InterventionReason =
   | typeof REASONS.unconfirmedSideEffect
   | typeof REASONS.rateLimitRequeuesExhausted
   | typeof REASONS.statusWriteRefused
-  | typeof REASONS.sandboxReportTooLarge;
+  | typeof REASONS.sandboxReportTooLarge
+  | typeof REASONS.budgetExhausted;

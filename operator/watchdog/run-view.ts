@@ -2,7 +2,7 @@
 // rule 9 sees them, its current heartbeat on the server's clock, a valid answer if one is given,
 // and the time. Built once per decision; nothing in it changes while policies run.
 import type { AgentRun, AgentRunStatus, Heartbeat } from "../api/agentrun.ts";
-import type { WatchdogSettings } from "../api/defaults.ts";
+import type { BudgetSettings, WatchdogSettings } from "../api/defaults.ts";
 import type { Answer } from "./answers.ts";
 import type { CurrentHeartbeat } from "./liveness.ts";
 import type { PodView } from "./observe.ts";
@@ -15,6 +15,8 @@ export interface RunView {
   /** Status as read: the operator's fields and the sandbox's. */
   status: AgentRunStatus;
   settings: WatchdogSettings;
+  /** The run budget: spec.budget over the install's budget defaults. */
+  budget: BudgetSettings;
   now: number;
   identity: SandboxIdentity;
   sandboxes: Sandboxes;

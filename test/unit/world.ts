@@ -296,10 +296,17 @@ export class World {
     const hb: Json = { time: iso(sandboxNow), attempt, state };
     if (activity) hb.activity = { kind: activity.kind, time: iso((activity.at ?? this.now) + this.sandboxClockSkewMs) };
     else if (this.status.heartbeat?.activity) hb.activity = this.status.heartbeat.activity;
+    // An SDK that reports usage sends it with every heartbeat of its attempt.
+    if (this.status.heartbeat?.usage && this.status.heartbeat.attempt === attempt) hb.usage = this.status.heartbeat.usage;
     this.patchStatus({ heartbeat: hb });
     // The API server's record of the write, on its own clock.
     this.run.metadata.managedFields = heartbeatManagedFields(this.now);
     this.observe();
+  }
+  /** A heartbeat that reports the attempt's cumulative usage (heartbeat.usage). */
+  report(usage: Json, attempt = this.status.attempt, state: "Planning" | "ExecutingTool" | "AwaitingReply" = "Planning"): void {
+    this.heartbeat(state, undefined, attempt);
+    this.run.status.heartbeat.usage = { ...usage };
   }
   toolCall(call: { name: string; argsHash?: string; state: "Started" | "Succeeded" | "Failed"; httpStatus?: number; retryAfterSeconds?: number; id?: string; attempt?: number | null; idempotent?: boolean }): void {
     const calls = [...(this.status.toolCalls ?? [])];

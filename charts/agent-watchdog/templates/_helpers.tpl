@@ -88,6 +88,7 @@ app.kubernetes.io/component: operator
 {{/*
 watchdog.defaults without the fields left empty, as the YAML the operator reads with
 --defaults-file. Only nulls and empty strings are dropped: false and 0 are real settings.
+watchdog.budgetDefaults, when set, goes in as it is, under `budget`.
 */}}
 {{- define "agent-watchdog.watchdogDefaults" -}}
 {{- $out := dict }}
@@ -105,6 +106,9 @@ watchdog.defaults without the fields left empty, as the YAML the operator reads 
 {{- else if not (or (kindIs "invalid" $value) (and (kindIs "string" $value) (eq $value ""))) }}
 {{- $_ := set $out $key $value }}
 {{- end }}
+{{- end }}
+{{- with .Values.watchdog.budgetDefaults }}
+{{- $_ := set $out "budget" . }}
 {{- end }}
 {{- if $out }}
 {{- toYaml $out }}

@@ -58,8 +58,10 @@ export function newResumeToken(view: RunView, next: OperatorStatus): string | un
 }
 
 /**
- * A new watchdog.dev/resume value, acted on only in NeedsHumanIntervention: fresh budgets and a
- * new attempt from the checkpoint. (In other phases decide() records it; see newResumeToken.)
+ * A new watchdog.dev/resume value, acted on only in NeedsHumanIntervention: fresh restart and
+ * rate-limit allowances and a new attempt from the checkpoint. What the run spent (status.spent)
+ * is kept, and a run still at a spec.budget limit is not resumed (resumeOverBudget, before this).
+ * (In other phases decide() records it; see newResumeToken.)
  */
 export function resumption(view: RunView, next: OperatorStatus): Outcome | undefined {
   const stored = newResumeToken(view, next);

@@ -5,6 +5,10 @@ import { describe, expect, it } from "vitest";
 import { decide } from "../../../operator/watchdog/decide.ts";
 import { isQuiet } from "../../../operator/watchdog/plan.ts";
 import { parseDuration } from "../../../operator/api/duration.ts";
+import { parseDecimal } from "../../../operator/api/decimal.ts";
+import { resolveBudget } from "../../../operator/api/defaults.ts";
+import { readRun } from "../../../operator/api/read-run.ts";
+import { exhausted, measures, spending } from "../../../operator/watchdog/budget.ts";
 import { heartbeatManagedFields, iso } from "../fixtures.ts";
 import { World, type Kubelet } from "../world.ts";
 
@@ -28,6 +32,8 @@ type Command =
   | { kind: "deleteRun" }
   | { kind: "quarantine" }
   | { kind: "heartbeatTimeout"; seconds: number }
+  | { kind: "usage"; tokens: number; calls: number; cost: string }
+  | { kind: "budget"; tokens: number }
   | { kind: "wake" };
 
 const command: fc.Arbitrary<Command> = fc.oneof(
@@ -72,6 +78,16 @@ const command: fc.Arbitrary<Command> = fc.oneof(
   { weight: 1, arbitrary: fc.constant({ kind: "deleteRun" as const }) },
   { weight: 1, arbitrary: fc.constant({ kind: "quarantine" as const }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant("heartbeatTimeout" as const), seconds: fc.integer({ min: 5, max: 600 }) }) },
+  {
+    weight: 3,
+    arbitrary: fc.record({
+      kind: fc.constant("usage" as const),
+      tokens: fc.integer({ min: 0, max: 40_000 }),
+      calls: fc.integer({ min: 0, max: 3 }),
+      cost: fc.constantFrom("0", "0.1", "0.25", "1"),
+    }),
+  },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant("budget" as const), tokens: fc.integer({ min: 0, max: 200_000 }) }) },
   { weight: 4, arbitrary: fc.constant({ kind: "wake" as const }) },
 );
 
@@ -87,8 +103,25 @@ const settings = fc.record({
   approvalTimeout: durationS(60, 3600),
 });
 
+// A run budget, or none; its limits small enough for random usage to reach them.
+const budget = fc.option(
+  fc.record(
+    {
+      tokens: fc.integer({ min: 0, max: 150_000 }),
+      outputTokens: fc.integer({ min: 0, max: 100_000 }),
+      toolCalls: fc.integer({ min: 0, max: 12 }),
+      cost: fc.constantFrom({ amount: "0.8", currency: "USD" }, { amount: "3", currency: "USD" }),
+      wallClock: durationS(60, 3600),
+      warnAt: fc.constantFrom(0.5, 0.8, 1),
+    },
+    { requiredKeys: [] },
+  ),
+  { nil: undefined },
+);
+
 const scenario = fc.record({
   watchdog: settings,
+  budget,
   kubelet: fc.constantFrom<Kubelet>("prompt", "slow", "cutOff"),
   // The sandbox's clock may be off by up to an hour either way: it must not matter.
   clockSkewMs: fc.oneof(fc.constant(0), fc.integer({ min: -3_600_000, max: 3_600_000 })),
@@ -161,6 +194,27 @@ function play(w: World, c: Command): void {
     case "heartbeatTimeout":
       w.setSpec({ watchdog: { ...(w.run.spec.watchdog ?? {}), heartbeatTimeout: `${c.seconds}s` } });
       break;
+    case "usage": {
+      // The sandbox reports its attempt's cumulative usage: never lower within the attempt (the
+      // CRD's transition rule refuses that).
+      const attempt = w.status.attempt ?? 1;
+      const hb = w.status.heartbeat;
+      const before = hb && typeof hb === "object" && hb.attempt === attempt && hb.usage ? hb.usage : {};
+      const cost = (parseDecimal(before.cost ?? "0") ?? 0n) + (parseDecimal(c.cost) ?? 0n);
+      w.report(
+        {
+          inputTokens: (before.inputTokens ?? 0) + Math.floor(c.tokens / 2),
+          outputTokens: (before.outputTokens ?? 0) + Math.ceil(c.tokens / 2),
+          toolCalls: (before.toolCalls ?? 0) + c.calls,
+          cost: (Number(cost / 10n ** 16n) / 100).toFixed(2),
+        },
+        attempt,
+      );
+      break;
+    }
+    case "budget":
+      w.setSpec({ budget: { ...(w.run.spec.budget ?? {}), tokens: c.tokens } });
+      break;
     case "wake": {
       const wake = w.plans.at(-1)?.wakeAt;
       if (wake !== undefined && wake > w.now) w.advance(wake - w.now);
@@ -174,11 +228,12 @@ interface Observer {
 }
 
 /** Plays a scenario, reconciling after each command, and calls `check` after each step. */
-function simulate(s: { watchdog: any; kubelet: Kubelet; clockSkewMs: number; commands: Command[] }, check: Observer): World {
-  const w = new World({ watchdog: s.watchdog });
+function simulate(s: { watchdog: any; budget?: any; kubelet: Kubelet; clockSkewMs: number; commands: Command[] }, check: Observer, started?: (w: World) => void): World {
+  const w = new World({ watchdog: s.watchdog, ...(s.budget ? { budget: s.budget } : {}) });
   w.kubelet = s.kubelet;
   w.sandboxClockSkewMs = s.clockSkewMs;
   w.settle();
+  started?.(w);
   for (const c of s.commands) {
     const before = { status: structuredClone(w.status), now: w.now };
     play(w, c);
@@ -189,6 +244,16 @@ function simulate(s: { watchdog: any; kubelet: Kubelet; clockSkewMs: number; com
 }
 
 const params = { numRuns: RUNS };
+
+/** The run's spending against each limit of its budget, as the status and the clock say now. */
+function budgetMeasures(w: World) {
+  const read = readRun(w.run);
+  if (!read.ok) return [];
+  const status = read.run.status ?? {};
+  const budget = resolveBudget(read.run.spec.budget, undefined);
+  const start = status.startTime ? Date.parse(status.startTime) : undefined;
+  return measures(budget, spending(status.spent, status.heartbeat, status.attempt ?? 0, budget.prices), start === undefined ? undefined : w.now - start);
+}
 
 describe("watchdog core invariants", () => {
   it("never starts a sandbox while another may still run, never force-deletes, never creates a pod twice", () => {
@@ -302,6 +367,38 @@ describe("watchdog core invariants", () => {
       fc.property(scenario, (s) => {
         const w = simulate(s, () => {});
         expect(w.violations.filter((v) => v.includes("finalizer"))).toEqual([]);
+      }),
+      params,
+    );
+  });
+
+  it("never lowers what status.spent holds", () => {
+    fc.assert(
+      fc.property(scenario, (s) => {
+        simulate(s, (w, before) => {
+          const was = before.status.spent;
+          if (!was) return;
+          const now = w.status.spent;
+          expect(now).toBeDefined();
+          for (const key of ["inputTokens", "outputTokens", "toolCalls", "throughAttempt"]) expect(now[key], key).toBeGreaterThanOrEqual(was[key]);
+          expect(parseDecimal(now.cost)! >= parseDecimal(was.cost)!).toBe(true);
+        });
+      }),
+      params,
+    );
+  });
+
+  it("never creates a pod while spending is at or over a limit", () => {
+    fc.assert(
+      fc.property(scenario, (s) => {
+        let created = 0;
+        // Spending and limits only change between steps (the sandbox, the user, the clock), so
+        // what they are after a step is what they were when its pods were created.
+        const check = (w: World) => {
+          if (w.created.length > created) expect(budgetMeasures(w).filter(exhausted).map((m) => m.describe(m.used))).toEqual([]);
+          created = w.created.length;
+        };
+        simulate(s, check, check);
       }),
       params,
     );

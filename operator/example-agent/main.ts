@@ -19,11 +19,17 @@
 //   side-effect-then-crash  sends an e-mail through an idempotent tool and crashes before the
 //                           success is recorded; the next attempt sends again with the same key and
 //                           the outbox returns the saved receipt: exactly one e-mail
+//   runaway                 a model loop that never ends and never fails: a streamed step a second,
+//                           each reporting a model call of 20,000 tokens with recordUsage(); it
+//                           heartbeats, calls no tool and says no final text, so no rule but a run
+//                           budget (spec.budget, BudgetExhausted) stops it. It does not check the
+//                           budget itself: the operator's enforcement is what it shows
 //
 // The behaviour is env EXAMPLE_BEHAVIOUR, else the run's spec.goal when it names one, else healthy.
 // Timings (for fast tests): EXAMPLE_STEPS (3), EXAMPLE_STEP_DELAY_MS (1000), EXAMPLE_LOOP_DELAY_MS
 // (500), EXAMPLE_MAX_LOOPS (50), EXAMPLE_RETRY_AFTER_SECONDS (5), EXAMPLE_CLOCK_SKEW_MS (0: how far
-// the sandbox's clock runs fast). The outbox: EXAMPLE_OUTBOX_URL
+// the sandbox's clock runs fast). The runaway's spending: EXAMPLE_TOKENS_PER_STEP (20000, three
+// quarters input), EXAMPLE_MODEL (example-model: the name spec.budget.prices can price). The outbox: EXAMPLE_OUTBOX_URL
 // (a shared outbox service, for pods) or EXAMPLE_OUTBOX_DIR (a directory; default a temp dir).
 //
 // Run it as `node operator/example-agent/main.ts` with WATCHDOG_RUN_NAME, WATCHDOG_RUN_NAMESPACE,
@@ -43,6 +49,7 @@ const BEHAVIOURS = [
   "stall",
   "await-approval",
   "side-effect-then-crash",
+  "runaway",
 ] as const;
 type Behaviour = (typeof BEHAVIOURS)[number];
 
@@ -62,6 +69,8 @@ const settings = {
   loopDelayMs: intEnv("EXAMPLE_LOOP_DELAY_MS", 500),
   maxLoops: intEnv("EXAMPLE_MAX_LOOPS", 50),
   retryAfterSeconds: intEnv("EXAMPLE_RETRY_AFTER_SECONDS", 5),
+  tokensPerStep: intEnv("EXAMPLE_TOKENS_PER_STEP", 20_000),
+  model: process.env.EXAMPLE_MODEL || "example-model",
   outboxDir: process.env.EXAMPLE_OUTBOX_DIR || defaultOutboxDir(),
   outboxUrl: process.env.EXAMPLE_OUTBOX_URL,
 };
@@ -215,6 +224,21 @@ const behaviours: Record<Behaviour, (sandbox: Sandbox) => Promise<void>> = {
     );
     const receipt = expectOk(outcome, "send_email");
     await sandbox.say(`Sent the report (${receipt.messageId}).`);
+  },
+
+  async runaway(sandbox) {
+    const inputTokens = Math.round(settings.tokensPerStep * 0.75);
+    const outputTokens = settings.tokensPerStep - inputTokens;
+    // Never done, never failing: each pass "calls the model" again. Streamed output is progress
+    // (heartbeats go on) and its delta write carries the usage so far; no final text arms the
+    // stall watchdog, no tool fails. Only fencing (the operator stopping the run) ends the loop.
+    for (let pass = 1; ; pass++) {
+      const stream = sandbox.beginStream();
+      await think(sandbox, settings.stepDelayMs, stream, `pass ${pass}`);
+      sandbox.recordUsage({ inputTokens, outputTokens, model: settings.model });
+      const { tokens, cost } = sandbox.spending();
+      log.info({ pass, tokens, cost }, "one more pass; the answer is nearly there");
+    }
   },
 };
 

@@ -106,6 +106,38 @@ export class CheckpointTooLargeError extends Error {
   }
 }
 
+/** A limit of the run's budget that its spending has reached (usage.ts). */
+export interface BudgetBreach {
+  limit: "tokens" | "inputTokens" | "outputTokens" | "cost" | "toolCalls";
+  /** What is spent of the limit and what it allows, as text: "120000" (tokens), "12.5" (cost). */
+  used: string;
+  allowed: string;
+  /** "token budget exhausted: 120000 of 100000 tokens spent" */
+  message: string;
+}
+
+/**
+ * The run's spending (status.spent plus this attempt's usage) has reached a limit of its budget
+ * (spec.budget), so the SDK refuses to start more work: a model call through an adapter, a tool
+ * call, or whatever the agent guards with sandbox.assertWithinBudget(). The operator stops the
+ * run for a person (NeedsHumanIntervention, BudgetExhausted) on the report that reached the limit;
+ * runAgent waits a little for that before it exits.
+ */
+export class BudgetExhaustedError extends Error {
+  /** Every limit reached, in the order the operator names them (tokens, input, output, cost, tool calls). */
+  readonly breaches: readonly BudgetBreach[];
+  constructor(breaches: readonly BudgetBreach[]) {
+    super(`run budget exhausted: ${breaches.map((b) => b.message.replace(/^(.*) budget exhausted: /, "$1 budget: ")).join("; ") || "a limit is reached"}; no more work is started (raise ${breaches.map((b) => `spec.budget.${b.limit}`).join(" or ") || "the limit"}, then resume the run)`);
+    this.name = "BudgetExhaustedError";
+    this.breaches = breaches;
+  }
+
+  /** The first limit reached. */
+  get limit(): BudgetBreach["limit"] | undefined {
+    return this.breaches[0]?.limit;
+  }
+}
+
 /** The sandbox's environment does not name a run, a namespace and an attempt. */
 export class SandboxConfigError extends Error {
   constructor(message: string) {
@@ -232,6 +264,17 @@ export function isRateLimitError(err: unknown): boolean {
   for (let depth = 0; depth < MAX_CAUSES && typeof e === "object" && e !== null; depth++) {
     const { name, httpStatus, cause } = e as { name?: unknown; httpStatus?: unknown; cause?: unknown };
     if (name === "ToolError" && httpStatus === 429) return true;
+    e = cause;
+  }
+  return false;
+}
+
+/** Whether `err` is, or wraps (its `cause`, and theirs), a BudgetExhaustedError, of any copy of this SDK. */
+export function isBudgetExhausted(err: unknown): boolean {
+  let e: unknown = err;
+  for (let depth = 0; depth < MAX_CAUSES && typeof e === "object" && e !== null; depth++) {
+    const { name, cause } = e as { name?: unknown; cause?: unknown };
+    if (name === "BudgetExhaustedError") return true;
     e = cause;
   }
   return false;

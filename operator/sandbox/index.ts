@@ -5,18 +5,21 @@
 //   await runAgent(async (sandbox) => {
 //     const found = await sandbox.tool("search", { q: "..." }, search, { idempotent: true });
 //     await sandbox.saveCheckpoint(1, { found });
+//     sandbox.recordUsage({ inputTokens: 1200, outputTokens: 300, model: "gpt-5" });
 //     await sandbox.say("Done.");
 //   });
 //
 // See sandbox.ts for where each part of the protocol lives: heartbeats, tool-call records,
-// checkpoints, nudges, approvals and fencing. The package imports nothing of the operator but
+// checkpoints, nudges, approvals, fencing, and usage against the run's budget. The package imports nothing of the operator but
 // the API's schemas and names (operator/api/).
 export { runAgent, type RunAgentOptions } from "./runner.ts";
 export { Sandbox, type SandboxOptions, type SandboxStats, type StreamHandle } from "./sandbox.ts";
 export type { ArgsSchema, ToolContext, ToolOptions, ToolOutcome } from "./tool-runner.ts";
 export type { TranscriptEntry } from "./transcript.ts";
+export type { Spending, UsageReport } from "./usage.ts";
 export {
   ApprovalDeniedError,
+  BudgetExhaustedError,
   CheckpointTooLargeError,
   EXIT_CODES,
   FencedError,
@@ -24,6 +27,7 @@ export {
   ToolError,
   UnconfirmedSideEffectError,
   exitCodeFor,
+  type BudgetBreach,
   type ToolFailure,
   type ValidationIssue,
 } from "./errors.ts";

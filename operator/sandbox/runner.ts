@@ -2,20 +2,34 @@
 // which is the final word on the run: 0 completes it, anything else is a crash the watchdog
 // handles, but for the codes that say why (errors.ts). The agent's work promise is what keeps
 // heartbeats going; when it settles, they stop.
-import { EXIT_CODES, exitCodeFor } from "./errors.ts";
+import { EXIT_CODES, exitCodeFor, isBudgetExhausted } from "./errors.ts";
 import { newestCallRateLimited } from "./protocol.ts";
 import { Sandbox, type SandboxOptions } from "./sandbox.ts";
 
 export interface RunAgentOptions extends SandboxOptions {
   /** How the process ends; default process.exit. Tests pass a function and read the returned code. */
   exit?: (code: number) => void;
+  /**
+   * When the agent stops on its budget (BudgetExhaustedError), how long to wait, heartbeating,
+   * for the operator to stop the run before exiting. Default 30 s.
+   */
+  budgetStopWaitMs?: number;
 }
+
+/**
+ * The operator stops a run whose report reaches a limit within moments; an agent that stopped on
+ * its budget waits that long for it, so that the run ends as BudgetExhausted and not as a crash
+ * (which would spend a restart first). An operator that does not stop it (one without budgets,
+ * or one that prices the usage differently) gets the crash after this wait.
+ */
+const BUDGET_STOP_WAIT_MS = 30_000;
 
 /**
  * Starts a sandbox, runs `main` with it, and exits: 0 when `main` resolves, non-zero when it
  * throws (3 for an unconfirmed side effect, 4 when fenced, 5 when an approval was denied, 6 when
  * it gave up on a rate limit, 1 otherwise). Returns the exit code when `exit` does not end the
- * process.
+ * process. An agent that stopped on its budget (BudgetExhaustedError) first waits for the
+ * operator to stop the run (budgetStopWaitMs), and then exits as fenced.
  */
 export async function runAgent(main: (sandbox: Sandbox) => Promise<void> | void, options: RunAgentOptions = {}): Promise<number> {
   const exit = options.exit ?? ((code: number) => process.exit(code));
@@ -46,6 +60,7 @@ export async function runAgent(main: (sandbox: Sandbox) => Promise<void> | void,
     return sandbox.fenced ? EXIT_CODES.fenced : EXIT_CODES.completed;
   } catch (err) {
     settled = true;
+    if (isBudgetExhausted(err) && !sandbox.fenced) await sandbox.waitForStop(options.budgetStopWaitMs ?? BUDGET_STOP_WAIT_MS);
     // Agent code that stops on the abort signal throws its own errors; fencing is still the cause.
     let code = exitCodeFor(err);
     if (code === EXIT_CODES.failed && sandbox.fenced) code = EXIT_CODES.fenced;

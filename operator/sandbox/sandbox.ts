@@ -8,17 +8,18 @@
 //   approvals.ts      asking a person and waiting for the answer, across attempts
 //   nudges.ts         stall nudges from the operator, each delivered once
 //   run-watch.ts      the watch of the run that brings answers, nudges and fencing
+//   usage.ts          the attempt's usage in every heartbeat, and the run's budget as the SDK sees it
 //   timers.ts         delays Node's timers can hold, whatever a run or a server asks for
 //
 // Fencing. The SDK watches its own run. When status.attempt moves past this sandbox's attempt
 // (the watchdog has replaced it) or the operator stops the run, the SDK aborts the agent (signal
 // and callbacks) and writes nothing more.
 import { open as openFile, type FileHandle } from "node:fs/promises";
-import type { ActivityKind, AgentRun, AgentRunStatus, Checkpoint, FailureRecord, SandboxState, ToolCall } from "../api/agentrun.ts";
+import type { ActivityKind, AgentRun, AgentRunStatus, Checkpoint, FailureRecord, SandboxState, ToolCall, Usage } from "../api/agentrun.ts";
 import { ApiClient, runPaths, type Json, type SandboxApi } from "./api-client.ts";
 import { Approvals } from "./approvals.ts";
 import { Checkpoints } from "./checkpoints.ts";
-import { EXIT_CODES, FencedError } from "./errors.ts";
+import { BudgetExhaustedError, EXIT_CODES, FencedError, type BudgetBreach } from "./errors.ts";
 import { HeartbeatLoop } from "./heartbeat.ts";
 import { defaultLogger, type SandboxLogger } from "./log.ts";
 import { Nudges } from "./nudges.ts";
@@ -26,8 +27,10 @@ import { DEFAULT_MAX_TOOL_CALLS, fenceReason, identityFromEnv, unwrapCheckpoint,
 import { readOwnRun, readRun } from "./read-run.ts";
 import { RunWatch } from "./run-watch.ts";
 import { StatusWriter } from "./status-writer.ts";
+import { timerDelayMs } from "./timers.ts";
 import { ToolRunner, type ToolContext, type ToolOptions, type ToolOutcome } from "./tool-runner.ts";
 import { Transcript, type TranscriptEntry } from "./transcript.ts";
+import { BudgetView, UsageMeter, spendingOf, type Spending, type UsageReport } from "./usage.ts";
 
 export interface SandboxOptions {
   /** API client; by default from $KUBECONFIG, ~/.kube/config or the pod's service account. */
@@ -129,6 +132,9 @@ export class Sandbox {
   private readonly approvals: Approvals;
   private readonly nudges: Nudges;
   private readonly history: Transcript;
+  private readonly meter = new UsageMeter();
+  private readonly budget: BudgetView;
+  private refusedForBudget = false;
   private readonly fenceListeners = new Set<(reason: string) => void>();
   private watch: RunWatch | undefined;
   private fenceCause: string | undefined;
@@ -165,6 +171,12 @@ export class Sandbox {
     const { clock, log, attempt } = this;
     const stateChanged = () => this.stateChanged();
     this.history = new Transcript(clock);
+    this.budget = new BudgetView(attempt);
+    this.budget.observe(raw);
+    // This attempt reported before (the same attempt's process started again): its figures stand,
+    // and a report below them would be refused.
+    const earlier = (raw.status as { heartbeat?: { attempt?: unknown; usage?: unknown } } | undefined)?.heartbeat;
+    if (earlier?.attempt === attempt) this.meter.resume(earlier.usage);
     this.writer = new StatusWriter({
       client,
       path: runPaths.status(this.namespace, this.runName),
@@ -174,6 +186,7 @@ export class Sandbox {
       startedAt: this.startedAt,
       toolCalls: status.toolCalls ?? [],
       onGone: () => this.fence("the run was deleted"),
+      usage: () => this.meter.report(),
     });
     const { heartbeatTimeoutMs, progressTimeoutMs } = options;
     this.heartbeat = new HeartbeatLoop({ writer: this.writer, clock, log, heartbeatTimeoutMs, progressTimeoutMs });
@@ -181,7 +194,15 @@ export class Sandbox {
     this.checkpoints = new Checkpoints(status.checkpoint, this.writer);
     const shared = { attempt, clock, log, writer: this.writer, heartbeat: this.heartbeat, checkpoints: this.checkpoints, transcript: this.history, stateChanged };
     this.tools = new ToolRunner(
-      { ...shared, uid: this.uid, maxToolCalls: options.maxToolCalls ?? DEFAULT_MAX_TOOL_CALLS, signal: this.abort.signal, assertOpen: () => this.assertOpen() },
+      {
+        ...shared,
+        uid: this.uid,
+        maxToolCalls: options.maxToolCalls ?? DEFAULT_MAX_TOOL_CALLS,
+        signal: this.abort.signal,
+        assertOpen: () => this.assertOpen(),
+        assertWithinBudget: () => this.assertWithinBudget(),
+        countToolCall: () => this.meter.toolCall(),
+      },
       { calls: status.toolCalls ?? [], resetAfter: status.toolCallsResetAfter },
     );
     this.approvals = new Approvals(shared, { run: raw, approval: status.approval, request: unwrapCheckpoint(status.checkpoint).request });
@@ -378,6 +399,96 @@ export class Sandbox {
   }
 
   // -------------------------------------------------------------------------------------------
+  // usage and the run's budget
+
+  /**
+   * Adds one model call's usage to this attempt's running totals, which every heartbeat reports
+   * (status.heartbeat.usage); the framework adapters call it for you. Counts are non-negative
+   * integers; `cost` is what the call cost in the budget's currency, a decimal string ("0.0123")
+   * or a number taken as the decimal it prints as, added exactly (never as a float); without it
+   * the operator prices the tokens by `model` from spec.budget.prices. Tool calls are counted by
+   * the SDK itself. A change rides the next heartbeat, except one that brings the run to a limit
+   * of its budget: that is written at once. Throws RangeError or TypeError for a malformed report
+   * (nothing is added).
+   */
+  recordUsage(report: UsageReport): void {
+    const within = this.checkBudget().length === 0;
+    for (const model of this.meter.record(report, this.budget.modelPrices)) {
+      this.log.warn({ model }, "usage without a cost for a model spec.budget.prices does not price: its tokens add nothing to the cost this attempt reports");
+    }
+    this.progress();
+    if (within && !this.closed && this.checkBudget().length > 0) this.writer.writeNow().catch(noop);
+  }
+
+  /** This attempt's usage so far, as the heartbeat reports it (status.heartbeat.usage). */
+  get usage(): Usage {
+    return this.meter.report();
+  }
+
+  /**
+   * The run's spending as the SDK sees it: what ended attempts spent (status.spent, written by
+   * the operator) plus this attempt's usage, with tokens reported without a cost priced by
+   * spec.budget.prices.
+   */
+  spending(): Spending {
+    return spendingOf(this.currentSpending());
+  }
+
+  /**
+   * The limits of the run's budget its spending has reached, empty while it is within budget.
+   * The limits are the effective ones the operator publishes (status.budget), else spec.budget;
+   * the wall clock is left to the operator, which measures it on the API server's clock.
+   */
+  checkBudget(): BudgetBreach[] {
+    return this.budget.breaches(this.currentSpending());
+  }
+
+  /**
+   * Throws BudgetExhaustedError when the run's spending has reached a limit of its budget: call it
+   * before work that spends (a model call). The adapters call it before every model call, and
+   * tool() before every call it would run. The operator stops such a run for a person
+   * (BudgetExhausted) whether or not the agent asks.
+   */
+  assertWithinBudget(): void {
+    const breaches = this.checkBudget();
+    if (breaches.length === 0) return;
+    const err = new BudgetExhaustedError(breaches);
+    if (!this.refusedForBudget) {
+      this.refusedForBudget = true;
+      this.log.warn({ spending: this.spending(), breaches }, "the run's budget is exhausted: no more work is started");
+    }
+    throw err;
+  }
+
+  /**
+   * Flushes what is pending, then waits (heartbeating) until the operator stops this attempt,
+   * that is, this sandbox is fenced, at most `timeoutMs`. Resolves with whether it was. runAgent
+   * uses it when the agent stopped on its budget, so that the run ends as the operator's
+   * BudgetExhausted rather than as a crash.
+   */
+  async waitForStop(timeoutMs: number): Promise<boolean> {
+    if (this.fenceCause) return true;
+    if (this.closed) return false;
+    await this.writer.drain(FLUSH_DEADLINE_MS);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let off = noop as () => unknown;
+    const stopped = new Promise<boolean>((resolve) => {
+      off = this.onFenced(() => resolve(true));
+      timer = setTimeout(() => resolve(false), timerDelayMs(timeoutMs));
+    });
+    try {
+      return this.fenceCause ? true : await this.heartbeat.waitingOn(stopped);
+    } finally {
+      clearTimeout(timer);
+      off();
+    }
+  }
+
+  private currentSpending() {
+    return this.budget.spending(this.meter.figures(this.budget.modelPrices));
+  }
+
+  // -------------------------------------------------------------------------------------------
   // shutting down
 
   /** Stops heartbeats and the watch and flushes what is pending. Does not exit. */
@@ -434,6 +545,7 @@ export class Sandbox {
     // Only operator-owned fields are read here, on every event (each of our own writes is one).
     const status = (run.status ?? {}) as AgentRunStatus;
     this.heartbeat.applyTimeout(run as RunLike);
+    this.budget.observe(run);
     this.tools.observe(status.toolCallsResetAfter);
     // The answer first: a rejection also fails the run, and the agent should learn why.
     this.approvals.observe(run, status);

@@ -3,14 +3,17 @@
 // carrying the newest state, so a slow write can never land after a newer one and undo it (merge
 // patch replaces arrays whole: toolCalls is always the full list the sandbox holds). Every write
 // carries the heartbeat with this sandbox's attempt, so every write is a sign of life and
-// admission can fence stale attempts by looking at one field.
+// admission can fence stale attempts by looking at one field. The heartbeat also carries the
+// attempt's usage as it stands when the write is made (usage.ts): a change of usage alone is no
+// reason to write, it rides the next write; and the first writes clear what an earlier attempt
+// reported (null for the fields this one does not report yet), since a merge patch would keep it.
 //
 // A write that fails for a reason that passes (the network, a 5xx, a 429 with its Retry-After) is
 // tried again until it lands, with whatever changed meanwhile. One the server refuses for what it
 // carries (422 Invalid, 400, 413, etcd's "request is too large") is never tried again: whoever
 // waited on it (the call that saved a checkpoint or recorded a tool call) learns why, the refused
 // content is dropped, and the heartbeats after it go out as usual.
-import type { Activity, Checkpoint, SandboxState, ToolCall } from "../api/agentrun.ts";
+import type { Activity, Checkpoint, SandboxState, ToolCall, Usage } from "../api/agentrun.ts";
 import { NOT_CURRENT_SANDBOX, SANDBOX_FIELD_MANAGER } from "../api/annotations.ts";
 import { RETRY, apiErrorCode, isNotFound, isTransient, retryAfterMs, type SandboxApi } from "./api-client.ts";
 import { FencedError } from "./errors.ts";
@@ -34,6 +37,10 @@ const MAX_RETRY_AFTER_MS = 60_000;
 /** What the API server's refusal by an admission policy says, unlike RBAC's. */
 const ADMISSION_REFUSAL = "ValidatingAdmissionPolicy";
 const noop = () => {};
+/** The usage fields an attempt may not report from its first write on. */
+const CLEARED_USAGE_FIELDS = ["cost", "model"] as const;
+
+const withoutNulls = (value: Record<string, unknown>) => Object.fromEntries(Object.entries(value).filter(([, v]) => v !== null));
 
 export interface StatusWriterOptions {
   client: SandboxApi;
@@ -47,6 +54,8 @@ export interface StatusWriterOptions {
   toolCalls?: ToolCall[];
   /** The run is gone (a write found no object): the sandbox must stop. */
   onGone: () => void;
+  /** The attempt's usage now, written with every heartbeat (status.heartbeat.usage). */
+  usage?: () => Usage;
 }
 
 interface Waiter {
@@ -79,6 +88,8 @@ export class StatusWriter {
   private retryMs: number = RETRY.firstMs;
   private fencedBy: string | undefined;
   private lastAckAt = 0;
+  /** The usage the last acknowledged write carried (as JSON), and whether one has landed at all. */
+  private ackedUsage: string | undefined;
 
   constructor(options: StatusWriterOptions) {
     this.o = options;
@@ -126,6 +137,15 @@ export class StatusWriter {
     return promise;
   }
 
+  /**
+   * A write now, even when nothing but the usage changed (a report that reaches a limit of the
+   * run's budget); when a write is under way, the one after it.
+   */
+  writeNow(): Promise<void> {
+    this.heartbeatRequested = true;
+    return this.write();
+  }
+
   /** A heartbeat-only write, unless a write is under way: that one carries the heartbeat. */
   beat(): void {
     if (this.inFlight || this.hasPending()) return;
@@ -133,9 +153,19 @@ export class StatusWriter {
     this.write().catch(noop); // a failed heartbeat is retried; the next beat tries again anyway
   }
 
-  /** Sends what is pending at once (no retry backoff) and waits for it, at most `deadlineMs`. */
+  /** Whether the attempt's usage has changed since the last acknowledged write. */
+  get usageUnsent(): boolean {
+    return this.o.usage !== undefined && JSON.stringify(this.o.usage()) !== this.ackedUsage;
+  }
+
+  /**
+   * Sends what is pending at once (no retry backoff) and waits for it, at most `deadlineMs`.
+   * Usage that changed since the last write goes out too: the last report of an attempt is what
+   * the operator adds into status.spent.
+   */
   async drain(deadlineMs: number): Promise<void> {
     this.cancelRetry();
+    if (this.usageUnsent && !this.fencedBy) this.heartbeatRequested = true;
     if (!this.hasPending() && !this.inFlight) return;
     const pending = this.write().catch(noop);
     let timer: ReturnType<typeof setTimeout> | undefined;
@@ -175,7 +205,8 @@ export class StatusWriter {
       }
       const sent = { toolCalls: this.dirtyToolCalls, checkpoint: this.dirtyCheckpoint, activity: this.activity, state: this.state };
       const heartbeatOnly = !sent.toolCalls && !sent.checkpoint && sent.activity === undefined && sent.state === this.sentState;
-      const status: Record<string, unknown> = { heartbeat: this.heartbeat(sent.state, sent.activity) };
+      const heartbeat = this.heartbeat(sent.state, sent.activity);
+      const status: Record<string, unknown> = { heartbeat };
       if (sent.toolCalls) status.toolCalls = this.toolCalls;
       if (sent.checkpoint) status.checkpoint = this.checkpoint ?? null;
       this.dirtyToolCalls = false;
@@ -191,6 +222,7 @@ export class StatusWriter {
         this.counts.writes++;
         if (heartbeatOnly) this.counts.heartbeatWrites++;
         this.lastAckAt = this.o.clock();
+        if (heartbeat.usage) this.ackedUsage = JSON.stringify(withoutNulls(heartbeat.usage as Record<string, unknown>));
         this.sentState = sent.state;
         this.retryMs = RETRY.firstMs;
         this.settle(upTo);
@@ -230,6 +262,13 @@ export class StatusWriter {
   private heartbeat(state: SandboxState, activity: Activity | null | undefined): Record<string, unknown> {
     const heartbeat: Record<string, unknown> = { time: new Date(this.o.clock()).toISOString(), attempt: this.o.attempt, state };
     if (activity !== undefined) heartbeat.activity = activity;
+    if (this.o.usage) {
+      const usage: Record<string, unknown> = { ...this.o.usage() };
+      // Until a write has landed, what this attempt does not report is cleared: an earlier
+      // attempt's cost or model would otherwise stay in place and be counted as this one's.
+      if (this.ackedUsage === undefined) for (const field of CLEARED_USAGE_FIELDS) usage[field] ??= null;
+      heartbeat.usage = usage;
+    }
     return heartbeat;
   }
 

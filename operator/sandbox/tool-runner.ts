@@ -9,6 +9,11 @@
 // tool, an unfinished idempotent call runs again with the same key, and an unfinished
 // non-idempotent call, whose effect may or may not have happened, is refused with
 // UnconfirmedSideEffectError so that a person can look.
+//
+// Each call recorded in this attempt counts once towards its usage (status.heartbeat.usage
+// toolCalls), from when its record is acknowledged; a saved result returned instead counts
+// nothing. A call that would run is refused with BudgetExhaustedError, before anything is
+// recorded, once the run's spending has reached a limit of its budget.
 import type { ToolCall } from "../api/agentrun.ts";
 import type { Checkpoints } from "./checkpoints.ts";
 import { UnconfirmedSideEffectError, describeFailure, isValidationError, validationFailure, type ToolFailure } from "./errors.ts";
@@ -66,6 +71,10 @@ export interface ToolRunnerOptions {
   assertOpen(): void;
   /** The number of running tools changed, and with it the state the sandbox reports. */
   stateChanged(): void;
+  /** Throws BudgetExhaustedError once the run's spending has reached a limit. */
+  assertWithinBudget(): void;
+  /** A call was recorded: one more tool call in this attempt's usage. */
+  countToolCall(): void;
 }
 
 export class ToolRunner {
@@ -132,6 +141,8 @@ export class ToolRunner {
       return { ok: false, error: failure, idempotencyKey: key, callId: decision.previous.id };
     }
 
+    // Only work that would run is refused: a saved result costs nothing.
+    o.assertWithinBudget();
     const startedAt = new Date(o.clock()).toISOString();
     const call: ToolCall = { id: `a${o.attempt}-${++this.seq}`, name, argsHash: hash, idempotencyKey: key, idempotent, attempt: o.attempt, state: "Started", startedAt };
 
@@ -145,6 +156,7 @@ export class ToolRunner {
           ? validationFailure(name, parsed.error)
           : { ...describeFailure(parsed.error, o.clock(), name), kind: "validation" };
         await this.finish({ ...call, state: "Failed", error: { message: failure.message }, finishedAt: startedAt });
+        o.countToolCall();
         o.transcript.record("tool", "invalidArguments", failure.message);
         return { ok: false, error: failure, idempotencyKey: key, callId: call.id };
       }
@@ -166,6 +178,7 @@ export class ToolRunner {
       o.stateChanged();
       throw err;
     }
+    o.countToolCall();
     if (decision.kind === "rerun") o.log.warn({ tool: name, previous: decision.previous.id }, "running an unfinished idempotent call again with its key");
 
     const ctx: ToolContext = {

@@ -8,12 +8,13 @@ and behaviour as the TypeScript SDK (@agent-watchdog/sandbox, operator/sandbox/)
     def main(sandbox):
         found = sandbox.tool("search", {"q": "..."}, search, idempotent=True)
         sandbox.save_checkpoint(1, {"found": found.value})
+        sandbox.record_usage(input_tokens=1200, output_tokens=300, model="gpt-5")
         sandbox.say("Done.")
 
     run_agent(main)  # exit 0: the run is Completed; an exception: a code that says why
 
 See sandbox.py for where each part of the protocol lives: heartbeats, tool-call records,
-checkpoints, nudges, approvals and fencing.
+checkpoints, nudges, approvals, fencing, and usage against the run's budget.
 """
 
 from .api_client import AbortSignal, ApiClient, ApiError, SandboxApi
@@ -22,6 +23,8 @@ from .errors import (
     EXIT_CODES,
     SANDBOX_EXIT_CODES,
     ApprovalDeniedError,
+    BudgetBreach,
+    BudgetExhaustedError,
     CheckpointTooLargeError,
     ExitCode,
     FencedError,
@@ -49,6 +52,7 @@ from .runner import run_agent
 from .sandbox import ResumedApproval, Sandbox, SandboxStats, StreamHandle
 from .tool_runner import ToolContext, ToolOutcome
 from .transcript import TranscriptEntry
+from .usage import Spending
 
 __version__ = "0.1.0"
 
@@ -63,6 +67,8 @@ __all__ = [
     "ApiError",
     "ApprovalDeniedError",
     "ApprovalOutcome",
+    "BudgetBreach",
+    "BudgetExhaustedError",
     "CheckpointTooLargeError",
     "ClusterConfig",
     "ExitCode",
@@ -78,6 +84,7 @@ __all__ = [
     "SandboxIdentity",
     "SandboxLogger",
     "SandboxStats",
+    "Spending",
     "StdlibLogger",
     "StreamHandle",
     "ToolContext",

@@ -126,6 +126,41 @@ class SandboxConfigError(Exception):
     """The sandbox's environment does not name a run, a namespace and an attempt."""
 
 
+SpendingLimit = Literal["tokens", "inputTokens", "outputTokens", "cost", "toolCalls"]
+
+
+@dataclass(frozen=True)
+class BudgetBreach:
+    """A limit of the run's budget that its spending has reached (usage.py)."""
+
+    limit: SpendingLimit
+    #: What is spent of the limit and what it allows, as text: "120000" (tokens), "12.5" (cost).
+    used: str
+    allowed: str
+    #: "token budget exhausted: 120000 of 100000 tokens spent"
+    message: str
+
+
+class BudgetExhaustedError(Exception):
+    """The run's spending (status.spent plus this attempt's usage) has reached a limit of its
+    budget (spec.budget), so the SDK refuses to start more work: a tool call, or whatever the agent
+    guards with ``sandbox.assert_within_budget()`` (a model call). The operator stops the run for a
+    person (NeedsHumanIntervention, BudgetExhausted) on the report that reached the limit;
+    ``run_agent`` waits a little for that before it exits."""
+
+    def __init__(self, breaches: Sequence[BudgetBreach]) -> None:
+        parts = "; ".join(b.message.replace(" budget exhausted: ", " budget: ", 1) for b in breaches) or "a limit is reached"
+        fields = " or ".join(f"spec.budget.{b.limit}" for b in breaches) or "the limit"
+        super().__init__(f"run budget exhausted: {parts}; no more work is started (raise {fields}, then resume the run)")
+        #: Every limit reached, in the order the operator names them.
+        self.breaches: tuple[BudgetBreach, ...] = tuple(breaches)
+
+    @property
+    def limit(self) -> Optional[SpendingLimit]:
+        """The first limit reached."""
+        return self.breaches[0].limit if self.breaches else None
+
+
 # ---------------------------------------------------------------------------------------------
 # turning errors into failure records
 
@@ -310,6 +345,17 @@ def is_rate_limit_error(err: Any) -> bool:
         if not isinstance(err, BaseException):
             return False
         if isinstance(err, ToolError) and err.http_status == 429:
+            return True
+        err = err.__cause__ if err.__cause__ is not None or err.__suppress_context__ else err.__context__
+    return False
+
+
+def is_budget_exhausted(err: Any) -> bool:
+    """Whether ``err`` is, or wraps, a BudgetExhaustedError."""
+    for _ in range(_MAX_CAUSES):
+        if not isinstance(err, BaseException):
+            return False
+        if isinstance(err, BudgetExhaustedError):
             return True
         err = err.__cause__ if err.__cause__ is not None or err.__suppress_context__ else err.__context__
     return False

@@ -27,6 +27,8 @@ _TIMESTAMP = re.compile(
     r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]([.][0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
 )
 _SANDBOX_STATES = ("Planning", "ExecutingTool", "AwaitingReply")
+#: A cost as the CRD admits it (operator/api/decimal.ts DECIMAL_PATTERN).
+_COST = re.compile(r"^[0-9]{1,18}([.][0-9]{1,18})?$")
 
 
 class _Invalid(Exception):
@@ -114,11 +116,25 @@ def _check_heartbeat(v: Any, path: str) -> None:
         except _Invalid:
             return False
 
+    def usage(x: Any) -> bool:
+        try:
+            _strict(x, "usage", {
+                "inputTokens": (False, lambda n: _is_int(n, 0, 2**53 - 1)),
+                "outputTokens": (False, lambda n: _is_int(n, 0, 2**53 - 1)),
+                "cost": (False, lambda c: _is_str(c, 0, 37) and _COST.match(c) is not None),
+                "toolCalls": (False, lambda n: _is_int(n, 0, 2**53 - 1)),
+                "model": (False, lambda m: _is_str(m, 1, 256)),
+            })
+            return True
+        except _Invalid:
+            return False
+
     _strict(v, path, {
         "time": (True, _is_timestamp),
         "attempt": (True, lambda x: _is_int(x, 1, 1_000_000)),
         "state": (True, lambda x: x in _SANDBOX_STATES),
         "activity": (False, activity),
+        "usage": (False, usage),
     })
 
 

@@ -24,11 +24,17 @@ import threading
 from collections.abc import Callable
 from typing import Any, Optional
 
-from .errors import ExitCode, FencedError, exit_code_for
+from .errors import ExitCode, FencedError, exit_code_for, is_budget_exhausted
 from .protocol import newest_call_rate_limited
 from .sandbox import Sandbox
 
 __all__ = ["run_agent"]
+
+#: The operator stops a run whose report reaches a limit within moments; an agent that stopped on
+#: its budget waits that long for it, so that the run ends as BudgetExhausted and not as a crash
+#: (which would spend a restart first). An operator that does not stop it (one without budgets, or
+#: one that prices the usage differently) gets the crash after this wait.
+BUDGET_STOP_WAIT_S = 30.0
 
 
 def _raise_in_thread(ident: int, reason: str) -> bool:
@@ -50,13 +56,15 @@ def run_agent(
     *,
     exit: Optional[Callable[[int], None]] = None,
     interrupt_on_fence: bool = True,
+    budget_stop_wait: float = BUDGET_STOP_WAIT_S,
     **options: Any,
 ) -> int:
     """Starts a sandbox, runs ``main(sandbox)`` and exits: 0 when ``main`` returns, non-zero when
     it raises (3 for an unconfirmed side effect, 4 when fenced, 5 when an approval was denied, 6
     when it gave up on a rate limit, 2 when the environment names no run, 1 otherwise). ``options`` are those of
     :meth:`Sandbox.start`. ``exit`` defaults to ``sys.exit``; with one that returns, the exit code
-    is returned."""
+    is returned. An agent that stopped on its budget (BudgetExhaustedError) first waits, at most
+    ``budget_stop_wait`` seconds, for the operator to stop the run, and then exits as fenced."""
     end = exit if exit is not None else sys.exit
     try:
         sandbox = Sandbox.start(exit=end, **options)
@@ -97,6 +105,8 @@ def run_agent(
             code = int(ExitCode.FENCED if sandbox.fenced else ExitCode.COMPLETED)
             sandbox.complete()
             return code
+        if is_budget_exhausted(failure) and not sandbox.fenced:
+            sandbox.wait_for_stop(budget_stop_wait)
         code = exit_code_for(failure)
         if isinstance(failure, SystemExit):
             code = failure.code if isinstance(failure.code, int) else ExitCode.FAILED

@@ -10,6 +10,7 @@ each part of the protocol lives in its own module:
     approvals.py      asking a person and waiting for the answer, across attempts
     nudges.py         stall nudges from the operator, each delivered once
     run_watch.py      the watch of the run that brings answers, nudges and fencing
+    usage.py          the attempt's usage in every heartbeat, and the run's budget as the SDK sees it
     timers.py         waits threading can hold, whatever a run, a server or a caller asks for
 
 Threads, not asyncio: agent code in Python is mostly synchronous (model SDKs, subprocesses,
@@ -41,7 +42,7 @@ from . import _json
 from .api_client import AbortSignal, ApiClient, SandboxApi
 from .approvals import Approvals, PendingApproval
 from .checkpoints import Checkpoints
-from .errors import ApprovalDeniedError, ExitCode, FencedError, UnconfirmedSideEffectError
+from .errors import ApprovalDeniedError, BudgetBreach, BudgetExhaustedError, ExitCode, FencedError, UnconfirmedSideEffectError
 from .heartbeat import HeartbeatLoop
 from .kubeconfig import load_config
 from .log import SandboxLogger, as_logger
@@ -68,6 +69,7 @@ from .run_watch import RunWatch
 from .status_writer import StatusWriter
 from .tool_runner import ToolContext, ToolOutcome, ToolRunner
 from .transcript import Transcript, TranscriptEntry
+from .usage import BudgetView, Cost, Spending, UsageMeter, spending_of
 
 __all__ = ["Sandbox", "SandboxStats", "StreamHandle", "ResumedApproval"]
 
@@ -279,6 +281,17 @@ class Sandbox:
         self.last_failure = status.get("lastFailure")
 
         self._history = Transcript()
+        self._usage_lock = threading.Lock()
+        self._meter = UsageMeter()
+        self._budget = BudgetView(self.attempt)
+        self._budget.observe(raw)
+        self._refused_for_budget = False
+        # This attempt reported before (the same attempt's process started again): its figures
+        # stand, and a report below them would be refused.
+        raw_status = raw.get("status") if isinstance(raw.get("status"), dict) else {}
+        earlier = raw_status.get("heartbeat") if isinstance(raw_status.get("heartbeat"), dict) else {}
+        if earlier.get("attempt") == self.attempt:
+            self._meter.resume(earlier.get("usage"))
         self._writer = StatusWriter(
             client=client,
             path=api_paths(self.namespace, self.run_name)["status"],
@@ -286,6 +299,7 @@ class Sandbox:
             log=self._log,
             on_gone=lambda: self._fence("the run was deleted"),
             tool_calls=list(status.get("toolCalls") or []),
+            usage=self._usage_report,
         )
         self._heartbeat = HeartbeatLoop(
             writer=self._writer,
@@ -310,6 +324,8 @@ class Sandbox:
             user_code=self._user_code,
             calls=list(status.get("toolCalls") or []),
             reset_after=status.get("toolCallsResetAfter"),
+            assert_within_budget=self.assert_within_budget,
+            count_tool_call=self._count_tool_call,
         )
         _, request = unwrap_checkpoint(status.get("checkpoint"))
         self._approvals = Approvals(
@@ -562,6 +578,102 @@ class Sandbox:
         return self.wait_for_approval(self.request_approval(question, checkpoint))
 
     # -------------------------------------------------------------------------------------------
+    # usage and the run's budget
+
+    def record_usage(
+        self,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cost: Optional[Cost] = None,
+        model: Optional[str] = None,
+    ) -> None:
+        """Adds one model call's usage to this attempt's running totals, which every heartbeat
+        reports (status.heartbeat.usage). Counts are non-negative integers; ``cost`` is what the
+        call cost in the budget's currency, a ``decimal.Decimal`` or a decimal string ("0.0123")
+        (an int or float is taken as the decimal it prints as), added exactly; without it the
+        operator prices the tokens by ``model`` from spec.budget.prices. Tool calls are counted by
+        the SDK itself. A change rides the next heartbeat, except one that brings the run to a
+        limit of its budget: that is written at once. Raises ValueError or TypeError for a
+        malformed report (nothing is added)."""
+        with self._usage_lock:
+            within = not self._breaches()
+            unpriced = self._meter.record(self._budget.prices, input_tokens, output_tokens, cost, model)
+            reached = within and bool(self._breaches())
+        for name in unpriced:
+            self._log.warn("usage without a cost for a model spec.budget.prices does not price: its tokens add nothing to the cost this attempt reports", model=name)
+        self.progress()
+        if reached and not self._closed:
+            self._writer.write_now()
+
+    @property
+    def usage(self) -> dict[str, Any]:
+        """This attempt's usage so far, as the heartbeat reports it (status.heartbeat.usage)."""
+        return self._usage_report()
+
+    def spending(self) -> Spending:
+        """The run's spending as the SDK sees it: what ended attempts spent (status.spent, written
+        by the operator) plus this attempt's usage, with tokens reported without a cost priced by
+        spec.budget.prices."""
+        with self._usage_lock:
+            return spending_of(self._current_spending())
+
+    def check_budget(self) -> list[BudgetBreach]:
+        """The limits of the run's budget its spending has reached, empty while it is within
+        budget. The limits are the effective ones the operator publishes (status.budget), else
+        spec.budget; the wall clock is left to the operator, which measures it on the API server's
+        clock."""
+        with self._usage_lock:
+            return self._breaches()
+
+    @_sdk_call
+    def assert_within_budget(self) -> None:
+        """Raises BudgetExhaustedError when the run's spending has reached a limit of its budget:
+        call it before work that spends (a model call). ``tool()`` calls it before every call it
+        would run. The operator stops such a run for a person (BudgetExhausted) whether or not the
+        agent asks."""
+        breaches = self.check_budget()
+        if not breaches:
+            return
+        if not self._refused_for_budget:
+            self._refused_for_budget = True
+            self._log.warn("the run's budget is exhausted: no more work is started", breaches=[b.message for b in breaches])
+        raise BudgetExhaustedError(breaches)
+
+    def wait_for_stop(self, timeout: float) -> bool:
+        """Flushes what is pending, then waits (heartbeating) until the operator stops this
+        attempt, that is, this sandbox is fenced, at most ``timeout`` seconds. Returns whether it
+        was. run_agent uses it when the agent stopped on its budget, so that the run ends as the
+        operator's BudgetExhausted rather than as a crash."""
+        if self._fence_cause:
+            return True
+        if self._closed:
+            return False
+        self._writer.drain(FLUSH_DEADLINE_S)
+        stopped = threading.Event()
+        off = self.on_fenced(lambda _reason: stopped.set())
+        try:
+            if self._fence_cause:
+                return True
+            with self._heartbeat.waiting():
+                return stopped.wait(timeout)
+        finally:
+            off()
+
+    def _usage_report(self) -> dict[str, Any]:
+        with self._usage_lock:
+            return self._meter.report()
+
+    def _count_tool_call(self) -> None:
+        with self._usage_lock:
+            self._meter.tool_call()
+
+    def _current_spending(self) -> tuple[int, int, int, int]:
+        return self._budget.spending(self._meter.figures(self._budget.prices))
+
+    def _breaches(self) -> list[BudgetBreach]:
+        return self._budget.breaches(self._current_spending())
+
+    # -------------------------------------------------------------------------------------------
     # shutting down
 
     def close(self) -> None:
@@ -632,6 +744,8 @@ class Sandbox:
         # Only operator-owned fields are read here, on every event (each of our own writes is one).
         status = run.get("status") if isinstance(run.get("status"), dict) else {}
         self._heartbeat.apply_timeout(run)
+        with self._usage_lock:
+            self._budget.observe(run)
         self._tools.observe(status.get("toolCallsResetAfter"))
         # The answer first: a rejection also fails the run, and the agent should learn why.
         self._approvals.observe(run, status)

@@ -5,7 +5,10 @@ only sandbox-owned fields (heartbeat, toolCalls, checkpoint). Writes go out one 
 thread, each carrying the newest state, so a slow write can never land after a newer one and undo
 it (merge patch replaces arrays whole: toolCalls is always the full list the sandbox holds). Every
 write carries the heartbeat with this sandbox's attempt, so every write is a sign of life and
-admission can fence stale attempts by looking at one field.
+admission can fence stale attempts by looking at one field. The heartbeat also carries the
+attempt's usage as it stands when the write is made (usage.py): a change of usage alone is no
+reason to write, it rides the next write; and the first writes clear what an earlier attempt
+reported (null for the fields this one does not report yet), since a merge patch would keep it.
 
 Callers get a ``Future`` that resolves once a write including their change is acknowledged by the
 API server. A write that fails for a reason that passes (the network, a 5xx, a 429 with its
@@ -43,6 +46,8 @@ FENCING_GRACE_S = 180.0
 MAX_RETRY_AFTER_S = 60.0
 #: What the API server's refusal by an admission policy says, unlike RBAC's.
 ADMISSION_REFUSAL = "ValidatingAdmissionPolicy"
+#: The usage fields an attempt may not report from its first write on.
+CLEARED_USAGE_FIELDS = ("cost", "model")
 
 _UNSET: Any = object()
 
@@ -57,6 +62,7 @@ class StatusWriter:
         log: SandboxLogger,
         on_gone: Callable[[], None],
         tool_calls: Optional[list[ToolCall]] = None,
+        usage: Optional[Callable[[], dict[str, Any]]] = None,
         started_at: float | None = None,
         wall: Callable[[], float] = time.time,
         mono: Callable[[], float] = time.monotonic,
@@ -66,6 +72,10 @@ class StatusWriter:
         self._attempt = attempt
         self._log = log
         self._on_gone = on_gone
+        #: The attempt's usage now, written with every heartbeat (status.heartbeat.usage).
+        self._usage = usage
+        #: The usage the last acknowledged write carried, once one has landed.
+        self._acked_usage: Optional[dict[str, Any]] = None
         self._wall = wall
         self._mono = mono
         self._started_at = mono() if started_at is None else started_at
@@ -149,6 +159,18 @@ class StatusWriter:
             self._cond.notify_all()
         return future
 
+    def write_now(self) -> "Future[None]":
+        """A write now, even when nothing but the usage changed (a report that reaches a limit of
+        the run's budget); when a write is under way, the one after it."""
+        with self._cond:
+            self._heartbeat_requested = True
+        return self.write()
+
+    @property
+    def usage_unsent(self) -> bool:
+        """Whether the attempt's usage has changed since the last acknowledged write."""
+        return self._usage is not None and self._usage() != self._acked_usage
+
     def beat(self) -> None:
         """A heartbeat-only write, unless a write is under way: that one carries the heartbeat."""
         with self._cond:
@@ -161,6 +183,9 @@ class StatusWriter:
         """Sends what is pending at once (no retry backoff) and waits for it, at most ``deadline_s``."""
         with self._cond:
             self._retry_at = None
+            # The last report of an attempt is what the operator adds into status.spent.
+            if self.usage_unsent and self._fenced_by is None:
+                self._heartbeat_requested = True
             self._cond.notify_all()
             if not self._has_pending() and not self._in_flight:
                 return
@@ -225,7 +250,8 @@ class StatusWriter:
                 sent_activity = self._activity
                 sent_state = self._state
                 heartbeat_only = not sent_tool_calls and not sent_checkpoint and sent_activity is _UNSET and sent_state == self._sent_state
-                status: dict[str, Any] = {"heartbeat": self._heartbeat(sent_state, sent_activity)}
+                heartbeat = self._heartbeat(sent_state, sent_activity)
+                status: dict[str, Any] = {"heartbeat": heartbeat}
                 if sent_tool_calls:
                     status["toolCalls"] = self._tool_calls
                 if sent_checkpoint:
@@ -261,6 +287,8 @@ class StatusWriter:
                     if heartbeat_only:
                         self.counts["heartbeat_writes"] += 1
                     self.last_write_at = self._mono()
+                    if isinstance(heartbeat.get("usage"), dict):
+                        self._acked_usage = {k: v for k, v in heartbeat["usage"].items() if v is not None}
                     self._sent_state = sent_state
                     self._retry_s = RETRY["first"]
                     self._settle(up_to)
@@ -296,6 +324,14 @@ class StatusWriter:
         heartbeat: dict[str, Any] = {"time": iso_now(self._wall()), "attempt": self._attempt, "state": state}
         if activity is not _UNSET:
             heartbeat["activity"] = activity
+        if self._usage is not None:
+            usage = dict(self._usage())
+            # Until a write has landed, what this attempt does not report is cleared: an earlier
+            # attempt's cost or model would otherwise stay in place and be counted as this one's.
+            if self._acked_usage is None:
+                for field in CLEARED_USAGE_FIELDS:
+                    usage.setdefault(field, None)
+            heartbeat["usage"] = usage
         return heartbeat
 
     def _retryable(self, err: BaseException) -> bool:

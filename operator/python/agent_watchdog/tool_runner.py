@@ -10,6 +10,11 @@ same idempotency key) is not repeated blindly: a saved result is returned withou
 tool, an unfinished idempotent call runs again with the same key, and an unfinished
 non-idempotent call, whose effect may or may not have happened, is refused with
 UnconfirmedSideEffectError so that a person can look.
+
+Each call recorded in this attempt counts once towards its usage (status.heartbeat.usage
+toolCalls), from when its record is acknowledged; a saved result returned instead counts nothing.
+A call that would run is refused with BudgetExhaustedError, before anything is recorded, once the
+run's spending has reached a limit of its budget.
 """
 
 from __future__ import annotations
@@ -81,6 +86,8 @@ class ToolRunner:
         user_code: Callable[[], AbstractContextManager[None]],
         calls: list[ToolCall],
         reset_after: Optional[str],
+        assert_within_budget: Callable[[], None] = lambda: None,
+        count_tool_call: Callable[[], None] = lambda: None,
         wall: Callable[[], float] = time.time,
     ) -> None:
         self._uid = uid
@@ -95,6 +102,8 @@ class ToolRunner:
         self._assert_open = assert_open
         self._state_changed = state_changed
         self._user_code = user_code
+        self._assert_within_budget = assert_within_budget
+        self._count_tool_call = count_tool_call
         self._wall = wall
         self._lock = threading.RLock()
         self._calls: list[ToolCall] = list(calls)
@@ -162,6 +171,8 @@ class ToolRunner:
             self._transcript.record("tool", "unconfirmed", failure.message)
             return ToolOutcome(False, key, previous.get("id"), error=failure)
 
+        # Only work that would run is refused: a saved result costs nothing.
+        self._assert_within_budget()
         started_at = iso_now(self._wall())
         with self._lock:
             self._seq += 1
@@ -190,6 +201,7 @@ class ToolRunner:
                     failure = describe_failure(err, self._wall(), name)
                     failure.kind = "validation"
                 self._finish({**call, "state": "Failed", "error": {"message": failure.message}, "finishedAt": started_at})  # type: ignore[typeddict-item]
+                self._count_tool_call()
                 self._transcript.record("tool", "invalidArguments", failure.message)
                 return ToolOutcome(False, key, call_id, error=failure)
             if validated is not None:
@@ -212,6 +224,7 @@ class ToolRunner:
                 self._writer.set_tool_calls(self._calls)
             self._state_changed()
             raise
+        self._count_tool_call()
         if decision.kind == "rerun":
             self._log.warn("running an unfinished idempotent call again with its key", tool=name, previous=previous.get("id"))
 

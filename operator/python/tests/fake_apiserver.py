@@ -179,6 +179,22 @@ class FakeApiServer:
             patch["approval"] = {"state": "Withdrawn", "decidedAt": now}
         self._apply({"status": patch})
 
+    def _lowers_usage(self, patch: Any) -> Optional[tuple[int, Any]]:
+        """The CRD's transition rule on status.heartbeat (USAGE_MONOTONIC_RULE): within an attempt,
+        a write may not lower a usage figure the attempt already reported, nor drop one. Called
+        with the lock held."""
+        old = (self.run.get("status") or {}).get("heartbeat")
+        status = patch.get("status") if isinstance(patch, dict) and isinstance(patch.get("status"), dict) else {}
+        new = (merge_patch(self.run.get("status") or {}, status) or {}).get("heartbeat")
+        if not isinstance(old, dict) or not isinstance(old.get("usage"), dict) or not isinstance(new, dict) or new.get("attempt") != old.get("attempt"):
+            return None
+        before, after = old["usage"], new.get("usage") if isinstance(new.get("usage"), dict) else {}
+        lowered = [f for f in ("inputTokens", "outputTokens", "toolCalls", "cost") if f in before and (f not in after or float(after[f]) < float(before[f]))]
+        if not lowered:
+            return None
+        message = f'AgentRun.watchdog.dev "{self.name}" is invalid: status.heartbeat.usage: heartbeat.usage may not go down within an attempt ({", ".join(lowered)})'
+        return (422, status_body(422, "Invalid", message))
+
     def delete(self) -> None:
         with self.cond:
             self.deleted = True
@@ -367,6 +383,8 @@ class _Handler(BaseHTTPRequestHandler):
             failure = fake.failures.pop(0) if fake.failures else None
             if failure is None and fake.refuse is not None:
                 failure = fake.refuse(patch)
+            if failure is None:
+                failure = fake._lowers_usage(patch)
             if failure is None and not fake.deleted:
                 fake.patches.append(copy.deepcopy(patch))
                 fake.patch_queries.append(query)

@@ -12,10 +12,15 @@
 // - an error that must stop the agent (an unconfirmed side effect, fencing, a denied approval)
 //   aborts the call with that error as the reason, since the AI SDK hands every error a tool
 //   throws to the model;
-// - the final text is reported with sandbox.say(), a stream with sandbox.beginStream().
+// - the final text is reported with sandbox.say(), a stream with sandbox.beginStream();
+// - each model call's usage (onLanguageModelCallEnd) is reported with sandbox.recordUsage(), and
+//   each step is refused (prepareStep) with BudgetExhaustedError once the run's budget is
+//   exhausted: the call ends with that error, as with any error that must stop the agent.
 import { generateText as aiGenerateText, streamText as aiStreamText } from "ai";
 import type {
   GenerateTextResult,
+  LanguageModelCallEndEvent,
+  PrepareStepFunction,
   GenericToolApprovalFunction,
   ModelMessage,
   OutputInterface,
@@ -28,7 +33,7 @@ import type {
 } from "ai";
 import { canonicalJson } from "../keys.ts";
 import type { Sandbox, StreamHandle } from "../sandbox.ts";
-import { callTool, mustStop, type AdapterOptions } from "./common.ts";
+import { callTool, mustStop, reportUsage, type AdapterOptions, type UsageOptions } from "./common.ts";
 
 /** The AI SDK's Context (a tool's or the run's context object), which `ai` does not export. */
 type Context = Record<string, unknown>;
@@ -49,7 +54,7 @@ export interface ApprovalCall {
   reason?: string;
 }
 
-export interface AiAdapterOptions extends AdapterOptions {
+export interface AiAdapterOptions extends AdapterOptions, UsageOptions {
   /** The question a person is asked for a tool call that needs approval. Default: defaultApprovalQuestion. */
   approvalQuestion?: (call: ApprovalCall) => string;
 }
@@ -156,7 +161,7 @@ export async function generateText<TOOLS extends ToolSet, RUNTIME_CONTEXT extend
 ): Promise<GenerateTextResult<TOOLS, RUNTIME_CONTEXT, OUTPUT>> {
   const call = begin(sandbox, params.abortSignal);
   try {
-    const result = await aiGenerateText<TOOLS, RUNTIME_CONTEXT, OUTPUT>({ ...params, ...call.settings(params.tools, params.toolApproval, options) });
+    const result = await aiGenerateText<TOOLS, RUNTIME_CONTEXT, OUTPUT>({ ...params, ...call.settings(params, options) });
     // The last step may have ended with the tool that had to stop the agent.
     call.throwIfStopped();
     await sandbox.say(result.text);
@@ -189,7 +194,7 @@ export function streamText<TOOLS extends ToolSet, RUNTIME_CONTEXT extends Contex
   let stream: StreamHandle | undefined;
   return aiStreamText<TOOLS, RUNTIME_CONTEXT, OUTPUT>({
     ...params,
-    ...call.settings(params.tools, params.toolApproval, options),
+    ...call.settings(params, options),
     onChunk: async (event) => {
       if (event.chunk.type === "text-delta") (stream ??= sandbox.beginStream()).chunk(event.chunk.text);
       else sandbox.progress();
@@ -237,15 +242,29 @@ function begin(sandbox: Sandbox, userSignal: AbortSignal | undefined) {
     },
   };
   return {
-    settings<TOOLS extends ToolSet, RUNTIME_CONTEXT extends Context>(
-      tools: TOOLS | undefined,
-      toolApproval: ToolApprovalConfiguration<TOOLS, RUNTIME_CONTEXT> | undefined,
-      options: AiAdapterOptions,
-    ) {
+    settings<TOOLS extends ToolSet, RUNTIME_CONTEXT extends Context>(params: CallParams<TOOLS, RUNTIME_CONTEXT>, options: AiAdapterOptions) {
+      const { tools, toolApproval, prepareStep } = params;
+      const onCallEnd = params.onLanguageModelCallEnd ?? params.experimental_onLanguageModelCallEnd;
       return {
         tools: tools && watchdogTools(sandbox, tools, { ...options, stop }),
         toolApproval: watchdogToolApproval(guarded, tools, toolApproval, { ...options, stop }),
         abortSignal: userSignal ? AbortSignal.any([stop.signal, userSignal]) : stop.signal,
+        // Before each step's model call. The AI SDK swallows what its event callbacks throw, but
+        // not what prepareStep throws: the refusal ends the call here.
+        prepareStep: (async (o) => {
+          try {
+            sandbox.assertWithinBudget();
+          } catch (err) {
+            stop.abort(err);
+            throw err;
+          }
+          return prepareStep?.(o);
+        }) as PrepareStepFunction<TOOLS, RUNTIME_CONTEXT>,
+        onLanguageModelCallEnd: async (event: LanguageModelCallEndEvent<TOOLS>) => {
+          reportUsage(sandbox, event.usage, event.modelId, options);
+          await onCallEnd?.(event);
+        },
+        experimental_onLanguageModelCallEnd: undefined,
       };
     },
     throwIfStopped(): void {
@@ -255,6 +274,15 @@ function begin(sandbox: Sandbox, userSignal: AbortSignal | undefined) {
       sandbox.signal.removeEventListener("abort", onFence);
     },
   };
+}
+
+/** What begin() reads of a call's parameters (generateText's and streamText's alike). */
+interface CallParams<TOOLS extends ToolSet, RUNTIME_CONTEXT extends Context> {
+  tools?: TOOLS;
+  toolApproval?: ToolApprovalConfiguration<TOOLS, RUNTIME_CONTEXT>;
+  prepareStep?: PrepareStepFunction<NoInfer<TOOLS>, RUNTIME_CONTEXT>;
+  onLanguageModelCallEnd?: (event: LanguageModelCallEndEvent<TOOLS>) => unknown;
+  experimental_onLanguageModelCallEnd?: (event: LanguageModelCallEndEvent<TOOLS>) => unknown;
 }
 
 type Ask = (call: Omit<ApprovalCall, "reason">, status: ToolApprovalStatus, messages: readonly ModelMessage[]) => Promise<ToolApprovalStatus>;

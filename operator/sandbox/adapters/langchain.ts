@@ -12,6 +12,11 @@
 // a failed call reaches the model as ToolNode's error message. What must stop the agent instead
 // (an unconfirmed side effect, fencing) cannot get past ToolNode, which turns every error into a
 // message; so the adapter aborts the graph and runGraph rethrows it.
+//
+// Usage. The callback handler reports each model call's tokens (the messages' usage_metadata, else
+// llmOutput.tokenUsage) with sandbox.recordUsage(), under the model's name (ls_model_name), and
+// refuses to start a model call once the run's budget is exhausted: BudgetExhaustedError, which
+// runGraph rethrows as it does any error that must stop the agent.
 import { BaseCallbackHandler } from "@langchain/core/callbacks/base";
 import type { CallbackManagerForToolRun, Callbacks } from "@langchain/core/callbacks/manager";
 import type { ChatModelStreamEvent } from "@langchain/core/language_models/event";
@@ -21,7 +26,7 @@ import type { DynamicTool, StructuredToolInterface } from "@langchain/core/tools
 import { Command, INTERRUPT, isInterrupted, type Interrupt, type StateSnapshot } from "@langchain/langgraph";
 import type { Sandbox, StreamHandle } from "../sandbox.ts";
 import type { ToolContext } from "../tool-runner.ts";
-import { callTool, mustStop, type AdapterOptions } from "./common.ts";
+import { callTool, mustStop, reportUsage, tokensOf, type AdapterOptions, type Tokens, type UsageOptions } from "./common.ts";
 
 export type { AdapterOptions } from "./common.ts";
 
@@ -154,7 +159,7 @@ async function drain(gen: AsyncGenerator<unknown, unknown>, runManager: Callback
 // ---------------------------------------------------------------------------------------------
 // callbacks
 
-export interface CallbackOptions {
+export interface CallbackOptions extends UsageOptions {
   /**
    * Ask chat models to stream, as LangGraph's "messages" stream mode does, so that a long
    * generation shows progress and is reported as a stream. Default true.
@@ -166,18 +171,24 @@ export interface CallbackOptions {
  * Reports what the models of a run say: a streamed generation as one stream (one `delta` write,
  * then its final text), a generation that was not streamed as its text, a turn with only tool
  * calls as nothing (its tool records say it). Every callback counts as progress for heartbeats.
- * Its errors are raised, so that fencing stops the run; pass it in `callbacks` or use runGraph.
+ * Each model call's usage is reported to the sandbox, and a model call is refused with
+ * BudgetExhaustedError once the run's budget is exhausted. Its errors are raised, so that fencing
+ * and the refusal stop the run; pass it in `callbacks` or use runGraph.
  */
 export class WatchdogCallbackHandler extends BaseCallbackHandler {
   name = "agent-watchdog";
   readonly lc_prefer_streaming: boolean;
   private readonly sandbox: Sandbox;
+  private readonly options: CallbackOptions;
   private readonly streams = new Map<string, StreamHandle>();
+  /** The model name of each model call under way, from its metadata (ls_model_name). */
+  private readonly models = new Map<string, string>();
 
   constructor(sandbox: Sandbox, options: CallbackOptions = {}) {
     // Awaited, so reports are written in order and before the run's promise settles.
     super({ raiseError: true, _awaitHandler: true });
     this.sandbox = sandbox;
+    this.options = options;
     this.lc_prefer_streaming = options.stream ?? true;
   }
 
@@ -192,11 +203,11 @@ export class WatchdogCallbackHandler extends BaseCallbackHandler {
   override handleToolStart(): void {
     this.starting();
   }
-  override handleLLMStart(): void {
-    this.starting();
+  override handleLLMStart(_llm: unknown, _prompts: unknown, runId: string, _parent?: string, _extra?: unknown, _tags?: unknown, metadata?: Record<string, unknown>): void {
+    this.modelStarting(runId, metadata);
   }
-  override handleChatModelStart(): void {
-    this.starting();
+  override handleChatModelStart(_llm: unknown, _messages: unknown, runId: string, _parent?: string, _extra?: unknown, _tags?: unknown, metadata?: Record<string, unknown>): void {
+    this.modelStarting(runId, metadata);
   }
 
   override handleLLMNewToken(token: string, _idx: unknown, runId: string): void {
@@ -209,6 +220,7 @@ export class WatchdogCallbackHandler extends BaseCallbackHandler {
 
   override async handleLLMEnd(output: LLMResult, runId: string): Promise<void> {
     this.sandbox.progress();
+    this.usage(output, runId);
     const generation = output.generations[0]?.[0];
     const message = generation && "message" in generation ? (generation as ChatGeneration).message : undefined;
     const text = message ? message.text : (generation?.text ?? "");
@@ -223,6 +235,7 @@ export class WatchdogCallbackHandler extends BaseCallbackHandler {
   override handleLLMError(_err: unknown, runId: string): void {
     // A failed generation's partial text is not the agent's final text.
     this.streams.delete(runId);
+    this.models.delete(runId);
     this.sandbox.progress();
   }
 
@@ -251,6 +264,38 @@ export class WatchdogCallbackHandler extends BaseCallbackHandler {
   private starting(): void {
     stopper(this.sandbox).signal.throwIfAborted();
     this.sandbox.progress();
+  }
+
+  /** Before a model call: refused once the run's budget is exhausted, and the graph stopped with it. */
+  private modelStarting(runId: string, metadata: Record<string, unknown> | undefined): void {
+    this.starting();
+    try {
+      this.sandbox.assertWithinBudget();
+    } catch (err) {
+      stopper(this.sandbox).abort(err);
+      throw err;
+    }
+    const model = metadata?.ls_model_name;
+    if (typeof model === "string") this.models.set(runId, model);
+  }
+
+  /** A model call's usage: its messages' usage_metadata, else what the model put in llmOutput. */
+  private usage(output: LLMResult, runId: string): void {
+    const named = this.models.get(runId);
+    this.models.delete(runId);
+    let tokens: Tokens | undefined;
+    let responseModel: unknown;
+    for (const generation of output.generations.flat()) {
+      const message = "message" in generation ? (generation as ChatGeneration).message : undefined;
+      const found = tokensOf((message as { usage_metadata?: unknown } | undefined)?.usage_metadata);
+      if (!found) continue;
+      tokens = { inputTokens: (tokens?.inputTokens ?? 0) + found.inputTokens, outputTokens: (tokens?.outputTokens ?? 0) + found.outputTokens };
+      const meta = message?.response_metadata as Record<string, unknown> | undefined;
+      responseModel ??= meta?.model_name ?? meta?.model;
+    }
+    const llmOutput = output.llmOutput as Record<string, unknown> | undefined;
+    tokens ??= tokensOf(llmOutput?.tokenUsage) ?? tokensOf(llmOutput?.usage) ?? tokensOf(llmOutput?.estimatedTokenUsage);
+    reportUsage(this.sandbox, tokens, named ?? responseModel ?? llmOutput?.model_name ?? llmOutput?.model, this.options);
   }
 
   private token(token: string, runId: string): void {

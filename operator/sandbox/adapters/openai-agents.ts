@@ -15,13 +15,36 @@
 //
 // Approvals. A tool with needsApproval ends the SDK's run with interruptions; run() asks
 // sandbox.awaitApproval for each, approves it in the RunState and runs again from that state.
-import { Agent, Handoff, Runner, tool as sdkTool, type AgentInputItem, type FunctionTool, type NonStreamRunOptions, type RunConfig, type RunResult, type RunState, type RunToolApprovalItem, type StreamedRunResult, type Tool } from "@openai/agents";
+//
+// Usage. The runner adds each model response's usage into the run context's Usage, which the
+// agent hooks are handed: what it grew by since the adapter last looked is reported with
+// sandbox.recordUsage() at every hook (a model call is followed by its tool calls, a handoff or
+// the agent's end), before every model call and when the run ends. run() also refuses each model
+// call (callModelInputFilter, called just before it) once the run's budget is exhausted, with
+// BudgetExhaustedError.
+import {
+  Agent,
+  Handoff,
+  RunContext,
+  Runner,
+  tool as sdkTool,
+  type AgentInputItem,
+  type CallModelInputFilter,
+  type FunctionTool,
+  type NonStreamRunOptions,
+  type RunConfig,
+  type RunResult,
+  type RunState,
+  type RunToolApprovalItem,
+  type StreamedRunResult,
+  type Tool,
+} from "@openai/agents";
 import { ToolError } from "../errors.ts";
 import type { Sandbox, StreamHandle } from "../sandbox.ts";
 import type { ToolContext } from "../tool-runner.ts";
-import { callTool, mustStop, type AdapterOptions } from "./common.ts";
+import { callTool, mustStop, reportUsage, tokensOf, type AdapterOptions, type Tokens, type UsageOptions } from "./common.ts";
 
-export type { AdapterOptions, IdempotentTools } from "./common.ts";
+export type { AdapterOptions, IdempotentTools, UsageOptions } from "./common.ts";
 
 /**
  * The SDK's tool(), except that errorFunction defaults to null: an error the tool throws then
@@ -63,7 +86,56 @@ function parseArgs(input: string): unknown {
   }
 }
 
-function wrapper(sandbox: Sandbox, options: AdapterOptions) {
+/**
+ * Follows the Usage objects the runner accumulates in run contexts: the first sight of one is its
+ * baseline (what a resumed RunState spent before, in this attempt or an earlier one, was reported
+ * then), and each later look reports what it grew by. The runner shows a context to the hooks
+ * before its first model call (agent_start), and to run() before it resumes a state.
+ */
+class UsageFollower {
+  private readonly seen = new WeakMap<object, Tokens>();
+  private current: object | undefined;
+  private model: string | undefined;
+  private readonly sandbox: Sandbox;
+  private readonly options: UsageOptions;
+  defaultModel: string | undefined;
+
+  constructor(sandbox: Sandbox, options: UsageOptions) {
+    this.sandbox = sandbox;
+    this.options = options;
+  }
+
+  /** Looks at a run context (or anything with the runner's `usage`), and the agent it runs, if known. */
+  look(context: unknown, agent?: AnyAgent): void {
+    if (agent) this.model = modelOf(agent) ?? this.defaultModel;
+    const usage = typeof context === "object" && context !== null ? (context as { usage?: unknown }).usage : undefined;
+    if (typeof usage !== "object" || usage === null) return;
+    this.current = usage;
+    this.report(usage);
+  }
+
+  /** Looks again at the context seen last: before a model call, whose filter is not handed it. */
+  again(agent?: AnyAgent): void {
+    if (agent) this.model = modelOf(agent) ?? this.defaultModel;
+    if (this.current) this.report(this.current);
+  }
+
+  private report(usage: object): void {
+    const now = tokensOf(usage) ?? { inputTokens: 0, outputTokens: 0 };
+    const before = this.seen.get(usage);
+    this.seen.set(usage, now);
+    if (!before) return;
+    const grown = { inputTokens: Math.max(0, now.inputTokens - before.inputTokens), outputTokens: Math.max(0, now.outputTokens - before.outputTokens) };
+    reportUsage(this.sandbox, grown, this.model ?? this.defaultModel, this.options);
+  }
+}
+
+/** The model an agent names, when it names one. */
+function modelOf(agent: AnyAgent): string | undefined {
+  return typeof agent.model === "string" && agent.model !== "" ? agent.model : undefined;
+}
+
+function wrapper(sandbox: Sandbox, options: AdapterOptions & UsageOptions, usage = new UsageFollower(sandbox, options)) {
   const tools = new WeakMap<object, AnyTool>();
   const agents = new WeakMap<object, AnyAgent>();
 
@@ -101,11 +173,12 @@ function wrapper(sandbox: Sandbox, options: AdapterOptions) {
     wrapped.handoffs = agent.handoffs.map((h) => (h instanceof Agent ? wrapAgent(h) : h instanceof Handoff ? wrapHandoff(h) : h));
     const getMcpTools = wrapped.getMcpTools.bind(wrapped);
     wrapped.getMcpTools = async (...args) => (await getMcpTools(...args)).map(wrapTool);
-    // The runner emits agent hooks on the agent it runs, this copy: count them as progress and
-    // pass them on to listeners of the original.
+    // The runner emits agent hooks on the agent it runs, this copy: count them as progress, look
+    // at the usage in the run context they are handed, and pass them on to listeners of the original.
     for (const event of HOOK_EVENTS) {
       (wrapped as unknown as Emitter).on(event, (...args) => {
         sandbox.progress();
+        usage.look(args[0], agent);
         (agent as unknown as Emitter).emit(event, ...args);
       });
     }
@@ -130,13 +203,30 @@ export function watchdogTools<T extends AnyTool>(sandbox: Sandbox, tools: readon
 
 /**
  * A copy of the agent whose function tools (its own, its MCP servers' and those of the agents it
- * hands off to) run under the protocol, and whose lifecycle hooks count as progress.
+ * hands off to) run under the protocol, and whose lifecycle hooks count as progress and report
+ * the usage the runner has added up so far. To refuse model calls once the run's budget is
+ * exhausted under your own Runner, pass watchdogInputFilter(sandbox) as callModelInputFilter;
+ * run() does both.
  */
-export function watchdogAgent<TAgent extends AnyAgent>(sandbox: Sandbox, agent: TAgent, options: AdapterOptions = {}): TAgent {
+export function watchdogAgent<TAgent extends AnyAgent>(sandbox: Sandbox, agent: TAgent, options: AdapterOptions & UsageOptions = {}): TAgent {
   return wrapper(sandbox, options).wrapAgent(agent) as TAgent;
 }
 
-export interface RunOptions<TContext = undefined> extends AdapterOptions, Omit<NonStreamRunOptions<TContext>, "stream"> {
+/**
+ * A callModelInputFilter that refuses each model call with BudgetExhaustedError once the run's
+ * budget is exhausted, and otherwise hands the input to `filter` (or on, unchanged).
+ */
+export function watchdogInputFilter(sandbox: Pick<Sandbox, "assertWithinBudget">, filter?: CallModelInputFilter, before?: (agent: AnyAgent) => void): CallModelInputFilter {
+  const refusing = async (args: Parameters<CallModelInputFilter>[0]) => {
+    before?.(args.agent);
+    sandbox.assertWithinBudget();
+    return filter ? filter(args) : args.modelData;
+  };
+  // Without a filter of its own, the input is passed on as it is: its items need not be copies.
+  return Object.assign(refusing, { preserveInputIdentity: filter ? filter.preserveInputIdentity : true });
+}
+
+export interface RunOptions<TContext = undefined> extends AdapterOptions, UsageOptions, Omit<NonStreamRunOptions<TContext>, "stream"> {
   /** Stream the model's output: one `delta` activity for the run, then its final text. */
   stream?: boolean;
   /** Runner to use as it is. Default: a Runner of `runConfig`. */
@@ -162,8 +252,10 @@ function stopCause(err: unknown, depth = 0): unknown {
 /**
  * Runs the agent to its final output under the protocol: tool calls recorded (see
  * watchdogAgent), approvals asked through sandbox.awaitApproval, the final output reported as
- * the agent's text (streamed when `stream` is set). An approval that is rejected or times out
- * throws ApprovalDeniedError; an unconfirmed side effect or fencing is thrown as it is.
+ * the agent's text (streamed when `stream` is set), each model response's usage reported to the
+ * sandbox, and each model call refused once the run's budget is exhausted. An approval that is
+ * rejected or times out throws ApprovalDeniedError; an unconfirmed side effect, fencing and an
+ * exhausted budget (BudgetExhaustedError) are thrown as they are.
  */
 export async function run<TAgent extends AnyAgent, TContext = undefined>(
   sandbox: Sandbox,
@@ -171,10 +263,20 @@ export async function run<TAgent extends AnyAgent, TContext = undefined>(
   input: string | AgentInputItem[] | RunState<TContext, TAgent>,
   options: RunOptions<TContext> = {},
 ): Promise<AgentRunResult<TContext, TAgent>> {
-  const { idempotent, stream = false, runner: given, runConfig, question = defaultQuestion, signal, ...runOptions } = options;
+  const { idempotent, stream = false, runner: given, runConfig, question = defaultQuestion, signal, reportUsage: report, model, ...rest } = options;
   const runner = given ?? new Runner({ tracingDisabled: true, ...runConfig });
-  const wrapped = watchdogAgent(sandbox, agent, idempotent === undefined ? {} : { idempotent });
+  const usageOptions: UsageOptions = { ...(report === undefined ? {} : { reportUsage: report }), ...(model === undefined ? {} : { model }) };
+  const usage = new UsageFollower(sandbox, usageOptions);
+  usage.defaultModel = typeof runner.config.model === "string" && runner.config.model !== "" ? runner.config.model : undefined;
+  const wrapped = wrapper(sandbox, { ...(idempotent === undefined ? {} : { idempotent }), ...usageOptions }, usage).wrapAgent(agent) as TAgent;
   const abort = signal ? AbortSignal.any([signal, sandbox.signal]) : sandbox.signal;
+  const runOptions = {
+    ...rest,
+    callModelInputFilter: watchdogInputFilter(sandbox, rest.callModelInputFilter ?? runner.config.callModelInputFilter, (a) => usage.again(a)),
+  };
+  // What a resumed state (or a context handed in) spent before is its baseline, not this run's.
+  if (isRunState(input)) usage.look({ usage: input.usage });
+  if (rest.context instanceof RunContext) usage.look(rest.context);
   let handle: StreamHandle | undefined;
   let next = input;
   try {
@@ -194,6 +296,7 @@ export async function run<TAgent extends AnyAgent, TContext = undefined>(
       } else {
         result = await runner.run(wrapped, next, { ...runOptions, signal: abort });
       }
+      usage.look({ usage: result.state.usage }, result.lastAgent);
 
       if (result.interruptions.length === 0) {
         const out: unknown = result.finalOutput;
@@ -209,6 +312,11 @@ export async function run<TAgent extends AnyAgent, TContext = undefined>(
       next = result.state;
     }
   } catch (err) {
+    usage.again();
     throw stopCause(err) ?? err;
   }
+}
+
+function isRunState(input: unknown): input is RunState<unknown, AnyAgent> {
+  return typeof input === "object" && input !== null && !Array.isArray(input) && "usage" in input && "_context" in input;
 }

@@ -3,7 +3,7 @@
 // hooks to hold or fail writes. It also plays the operator's part in what the sandbox reads back
 // (see reconcile()), unless a test holds it back to play it by hand. Integration tests use the
 // real API server and the real operator.
-import type { ApiError, Json, SandboxApi } from "../../../operator/sandbox/api-client.ts";
+import { ApiError, type Json, type SandboxApi } from "../../../operator/sandbox/api-client.ts";
 import { APPROVAL_REQUEST_KEY } from "../../../operator/sandbox/protocol.ts";
 import { applyMergePatch } from "../../../operator/watchdog/merge-patch.ts";
 
@@ -90,6 +90,24 @@ export class FakeApi {
     return copy;
   }
 
+  /**
+   * The CRD's transition rule on status.heartbeat (USAGE_MONOTONIC_RULE): within an attempt, a
+   * write may not lower a usage figure the attempt already reported, nor drop one.
+   */
+  private lowersUsage(patch: Json): ApiError | undefined {
+    const old = this.status.heartbeat;
+    const next = (applyMergePatch(this.run, patch) as any).status?.heartbeat;
+    if (!old?.usage || !next || next.attempt !== old.attempt) return undefined;
+    const lowered = ["inputTokens", "outputTokens", "toolCalls", "cost"].filter((f) => {
+      if (old.usage[f] === undefined) return false;
+      const value = next.usage?.[f];
+      return value === undefined || Number(value) < Number(old.usage[f]);
+    });
+    if (lowered.length === 0) return undefined;
+    const message = `AgentRun.watchdog.dev "r" is invalid: status.heartbeat.usage: Invalid value: "object": heartbeat.usage may not go down within an attempt (${lowered.join(", ")})`;
+    return new ApiError("PATCH", "/status", 422, { kind: "Status", status: "Failure", reason: "Invalid", code: 422, message }) as ApiError;
+  }
+
   client(): SandboxApi {
     const api: Partial<SandboxApi> = {
       get: async <T>(path: string) => {
@@ -104,7 +122,7 @@ export class FakeApi {
         if (!path.endsWith("/status")) throw new Error(`unexpected write to ${path}`);
         const hold = this.hold;
         if (hold) await hold;
-        const failure = this.failures.shift() ?? this.refuse?.(patch);
+        const failure = this.failures.shift() ?? this.refuse?.(patch) ?? this.lowersUsage(patch as Json);
         if (failure) throw failure;
         this.patches.push(structuredClone(patch) as Json);
         const written = this.apply(patch as Json) as T;

@@ -8,7 +8,7 @@ import { z } from "zod";
 import { MAX_CHECKPOINT_BYTES, MAX_SANDBOX_STATUS_BYTES } from "../../../operator/api/limits.ts";
 import { ApiError } from "../../../operator/sandbox/api-client.ts";
 import { createLogger } from "../../../operator/log.ts";
-import { CheckpointTooLargeError, EXIT_CODES, FencedError, ToolError, UnconfirmedSideEffectError } from "../../../operator/sandbox/errors.ts";
+import { BudgetExhaustedError, CheckpointTooLargeError, EXIT_CODES, FencedError, ToolError, UnconfirmedSideEffectError } from "../../../operator/sandbox/errors.ts";
 import { argsHash, idempotencyKey } from "../../../operator/sandbox/keys.ts";
 import { APPROVAL_REQUEST_KEY } from "../../../operator/sandbox/protocol.ts";
 import { runAgent } from "../../../operator/sandbox/runner.ts";
@@ -45,12 +45,33 @@ async function start(api: FakeApi, options: Partial<SandboxOptions> = {}): Promi
 const heartbeatOnly = (patch: any) => Object.keys(patch.status).length === 1 && patch.status.heartbeat && !("activity" in patch.status.heartbeat);
 
 describe("reporting in", () => {
-  it("first says it is alive and planning, for its own attempt, and clears an earlier attempt's activity", async () => {
-    const api = new FakeApi({ heartbeat: { time: "2026-11-30T11:00:00Z", attempt: 1, state: "Planning", activity: { kind: "text", time: "2026-11-30T11:00:00Z" } } });
-    await start(api);
+  it("first says it is alive and planning, for its own attempt, with zero usage, and clears an earlier attempt's activity and usage", async () => {
+    const earlier = { time: "2026-11-30T11:00:00Z", attempt: 1, state: "Planning", activity: { kind: "text", time: "2026-11-30T11:00:00Z" } };
+    const api = new FakeApi({ attempt: 2, heartbeat: { ...earlier, usage: { inputTokens: 9000, outputTokens: 900, cost: "1.25", toolCalls: 4, model: "m" } } });
+    await start(api, { identity: { runName: "r", namespace: "ns", attempt: 2 } });
     expect(api.patches).toHaveLength(1);
-    expect(api.patches[0]).toEqual({ status: { heartbeat: { time: new Date(T0).toISOString(), attempt: 1, state: "Planning", activity: null } } });
+    expect(api.patches[0]).toEqual({
+      status: {
+        heartbeat: {
+          time: new Date(T0).toISOString(),
+          attempt: 2,
+          state: "Planning",
+          activity: null,
+          usage: { inputTokens: 0, outputTokens: 0, toolCalls: 0, cost: null, model: null },
+        },
+      },
+    });
     expect(api.status.heartbeat.activity).toBeUndefined();
+    expect(api.status.heartbeat.usage).toEqual({ inputTokens: 0, outputTokens: 0, toolCalls: 0 });
+  });
+
+  it("goes on from what its own attempt already reported, when the same attempt starts again", async () => {
+    const earlier = { time: "2026-11-30T11:00:00Z", attempt: 1, state: "Planning", usage: { inputTokens: 9000, outputTokens: 900, cost: "1.25", toolCalls: 4, model: "m" } };
+    const api = new FakeApi({ heartbeat: earlier });
+    const sandbox = await start(api);
+    expect(api.status.heartbeat.usage).toEqual(earlier.usage);
+    sandbox.recordUsage({ inputTokens: 1000, cost: "0.75" });
+    expect(sandbox.usage).toEqual({ inputTokens: 10_000, outputTokens: 900, cost: "2", toolCalls: 4, model: "m" });
   });
 
   it("waits out an API server that cannot be reached at start, and gives up after its start deadline", async () => {
@@ -713,6 +734,177 @@ describe("approvals", () => {
   });
 });
 
+describe("usage", () => {
+  const usageOf = (api: FakeApi) => api.status.heartbeat.usage;
+
+  it("rides the next heartbeat, adds costs exactly, and counts each recorded tool call once", async () => {
+    const api = new FakeApi(); // heartbeat interval 1 s
+    const sandbox = await start(api);
+    const writes = api.patches.length;
+    for (const cost of ["0.1", 0.1, 0.1]) sandbox.recordUsage({ inputTokens: 100, outputTokens: 20, cost });
+    await vi.advanceTimersByTimeAsync(0);
+    // A change of usage alone is no reason to write.
+    expect(api.patches.length).toBe(writes);
+    expect(sandbox.usage).toEqual({ inputTokens: 300, outputTokens: 60, cost: "0.3", toolCalls: 0 });
+    await vi.advanceTimersByTimeAsync(1 * S);
+    expect(api.patches.slice(writes).filter(heartbeatOnly)).toHaveLength(1);
+    expect(usageOf(api)).toEqual({ inputTokens: 300, outputTokens: 60, cost: "0.3", toolCalls: 0 });
+
+    expect((await sandbox.tool("lookup", { q: 1 }, () => "found", { idempotent: true })).ok).toBe(true);
+    // Invalid arguments are recorded (Failed) too, and count.
+    const schema = z.object({ q: z.string() });
+    expect((await sandbox.tool("lookup", { q: 2 } as never, () => "found", { schema })).ok).toBe(false);
+    await vi.advanceTimersByTimeAsync(1 * S);
+    expect(usageOf(api)).toMatchObject({ toolCalls: 2 });
+    // Every write carries it, whatever else it carries.
+    expect(api.patches.slice(writes).every((p: any) => p.status.heartbeat.usage.inputTokens === 300)).toBe(true);
+  });
+
+  it("does not count a saved result an earlier attempt left, only calls it records", async () => {
+    const key = idempotencyKey({ runUid: "uid-r", step: 1, index: 0, name: "t", argsHash: argsHash({}) });
+    const api = new FakeApi({ attempt: 2, toolCalls: [{ id: "a1-1", name: "t", argsHash: argsHash({}), idempotencyKey: key, state: "Succeeded", attempt: 1, result: '"saved"' }] });
+    const sandbox = await start(api, { identity: { runName: "r", namespace: "ns", attempt: 2 } });
+    expect(await sandbox.tool("t", {}, () => "again")).toMatchObject({ ok: true, replayed: true, value: "saved" });
+    expect(await sandbox.tool("t", { n: 2 }, () => "new")).toMatchObject({ ok: true, replayed: false });
+    expect(usageOf(api)).toMatchObject({ toolCalls: 1 });
+  });
+
+  it("leaves the cost to the operator while one model and no cost are reported, then reports it for the whole attempt", async () => {
+    const prices = [
+      { model: "small", inputPerMillion: "0.15", outputPerMillion: "0.60" },
+      { model: "large", inputPerMillion: "3.00", outputPerMillion: "15.00" },
+    ];
+    const api = new FakeApi({}, { budget: { prices } });
+    const sandbox = await start(api);
+    sandbox.recordUsage({ inputTokens: 1_000_000, outputTokens: 1_000_000, model: "small" });
+    sandbox.recordUsage({ inputTokens: 1_000_000 });
+    await vi.advanceTimersByTimeAsync(1 * S);
+    expect(usageOf(api)).toEqual({ inputTokens: 2_000_000, outputTokens: 1_000_000, toolCalls: 0, model: "small" });
+    expect(sandbox.spending()).toMatchObject({ cost: "0.9" }); // as the operator prices it
+    // A second model cannot be priced by one name: the cost is reported from here on, exactly.
+    sandbox.recordUsage({ inputTokens: 100_000, outputTokens: 10_000, model: "large" });
+    await vi.advanceTimersByTimeAsync(1 * S);
+    expect(usageOf(api)).toEqual({ inputTokens: 2_100_000, outputTokens: 1_010_000, cost: "1.35", toolCalls: 0, model: "small" });
+    sandbox.recordUsage({ inputTokens: 1, cost: "0.000000000000000001" });
+    await vi.advanceTimersByTimeAsync(1 * S);
+    expect(usageOf(api).cost).toBe("1.350000000000000001");
+  });
+
+  it("refuses a malformed report without adding any of it", async () => {
+    const sandbox = await start(new FakeApi());
+    sandbox.recordUsage({ inputTokens: 5, cost: "0.5" });
+    for (const bad of [{ inputTokens: -1 }, { outputTokens: 1.5 }, { inputTokens: 1, cost: "-0.1" }, { inputTokens: 1, cost: "1e3" }, { inputTokens: 1, cost: Number.NaN }, { inputTokens: 1, model: "" }]) {
+      expect(() => sandbox.recordUsage(bad as never)).toThrow(RangeError);
+    }
+    expect(sandbox.usage).toEqual({ inputTokens: 5, outputTokens: 0, cost: "0.5", toolCalls: 0 });
+  });
+
+  it("sends usage recorded just before the end with the last write", async () => {
+    const api = new FakeApi();
+    const code = await runAgent(async (s) => void s.recordUsage({ inputTokens: 7, outputTokens: 3, model: "m" }), {
+      client: api.client(),
+      identity: { runName: "r", namespace: "ns", attempt: 1 },
+      logger: createLogger("silent"),
+      exit: () => {},
+    });
+    expect(code).toBe(0);
+    expect(usageOf(api)).toEqual({ inputTokens: 7, outputTokens: 3, toolCalls: 0, model: "m" });
+  });
+
+  it("a new attempt starts from zero, and never reports an earlier attempt's cost or model as its own", async () => {
+    const api = new FakeApi();
+    const one = await start(api);
+    one.recordUsage({ inputTokens: 10, cost: "2.5", model: "m" });
+    await vi.advanceTimersByTimeAsync(1 * S);
+    expect(usageOf(api)).toMatchObject({ cost: "2.5", model: "m" });
+    one.abandon();
+    api.operator({ attempt: 2, phase: "Starting", spent: { inputTokens: 10, outputTokens: 0, cost: "2.5", toolCalls: 0, throughAttempt: 1 } });
+    const two = await start(api, { identity: { runName: "r", namespace: "ns", attempt: 2 } });
+    expect(usageOf(api)).toEqual({ inputTokens: 0, outputTokens: 0, toolCalls: 0 });
+    two.recordUsage({ inputTokens: 1 });
+    expect(two.spending()).toEqual({ inputTokens: 11, outputTokens: 0, tokens: 11, cost: "2.5", toolCalls: 0 });
+  });
+});
+
+describe("the run's budget", () => {
+  const attempt2 = { identity: { runName: "r", namespace: "ns", attempt: 2 } };
+  const spent = (f: Partial<{ inputTokens: number; outputTokens: number; cost: string; toolCalls: number }> = {}) => ({
+    spent: { inputTokens: 0, outputTokens: 0, cost: "0", toolCalls: 0, throughAttempt: 1, ...f },
+  });
+
+  it("adds this attempt's usage to what ended attempts spent, and refuses more work once a limit is reached", async () => {
+    const api = new FakeApi({ attempt: 2, ...spent({ inputTokens: 500 }) }, { budget: { tokens: 1000 } });
+    const sandbox = await start(api, attempt2);
+    sandbox.recordUsage({ inputTokens: 400, outputTokens: 99 });
+    expect(sandbox.checkBudget()).toEqual([]);
+    expect(() => sandbox.assertWithinBudget()).not.toThrow();
+    const writes = api.patches.length;
+
+    sandbox.recordUsage({ outputTokens: 1 });
+    // The report that reaches a limit goes out at once, not with the next heartbeat.
+    await vi.advanceTimersByTimeAsync(0);
+    expect(api.patches.length).toBe(writes + 1);
+    expect(api.status.heartbeat.usage).toMatchObject({ inputTokens: 400, outputTokens: 100 });
+    expect(sandbox.spending()).toMatchObject({ tokens: 1000 });
+    expect(sandbox.checkBudget()).toEqual([{ limit: "tokens", used: "1000", allowed: "1000", message: "token budget exhausted: 1000 of 1000 tokens spent" }]);
+    const refusal = (() => {
+      try {
+        sandbox.assertWithinBudget();
+      } catch (err) {
+        return err;
+      }
+    })();
+    expect(refusal).toBeInstanceOf(BudgetExhaustedError);
+    expect(refusal).toMatchObject({ name: "BudgetExhaustedError", limit: "tokens" });
+    expect((refusal as Error).message).toMatch(/token budget: 1000 of 1000 tokens spent.*spec\.budget\.tokens/);
+
+    // A tool call that would run is refused before anything is recorded.
+    const fn = vi.fn();
+    await expect(sandbox.tool("lookup", {}, fn)).rejects.toThrow(BudgetExhaustedError);
+    expect(fn).not.toHaveBeenCalled();
+    expect(api.status.toolCalls ?? []).toEqual([]);
+  });
+
+  it("follows the effective limits the operator publishes over the run's own", async () => {
+    const api = new FakeApi({ attempt: 2, ...spent({ toolCalls: 2 }) }, { budget: { toolCalls: 2 } });
+    const sandbox = await start(api, attempt2);
+    expect(sandbox.checkBudget().map((b) => b.limit)).toEqual(["toolCalls"]);
+    api.operator({ budget: { toolCalls: 3, warnAt: 0.8 } });
+    expect(sandbox.checkBudget()).toEqual([]);
+    expect((await sandbox.tool("t", {}, () => 1)).ok).toBe(true);
+    expect(sandbox.checkBudget()).toEqual([{ limit: "toolCalls", used: "3", allowed: "3", message: "tool call budget exhausted: 3 of 3 tool calls made" }]);
+  });
+
+  it("compares cost exactly: 0.7 and 0.1 reach a limit of 0.8", async () => {
+    const api = new FakeApi({}, { budget: { cost: { amount: "0.80", currency: "USD" } } });
+    const sandbox = await start(api);
+    expect(0.7 + 0.1 < 0.8).toBe(true); // what floats would say
+    sandbox.recordUsage({ inputTokens: 1, cost: 0.7 });
+    expect(sandbox.checkBudget()).toEqual([]);
+    sandbox.recordUsage({ inputTokens: 1, cost: "0.1" });
+    expect(sandbox.checkBudget()).toEqual([{ limit: "cost", used: "0.8", allowed: "0.8", message: "cost budget exhausted: 0.8 of 0.80 USD spent" }]);
+  });
+
+  it("prices tokens reported without a cost by the run's prices, as the operator does", async () => {
+    const api = new FakeApi({}, { budget: { cost: { amount: "3", currency: "USD" }, prices: [{ model: "large", inputPerMillion: "3.00", outputPerMillion: "15.00" }] } });
+    const sandbox = await start(api);
+    sandbox.recordUsage({ inputTokens: 500_000, outputTokens: 99_999, model: "large" });
+    expect(sandbox.spending().cost).toBe("2.999985");
+    expect(sandbox.checkBudget()).toEqual([]);
+    sandbox.recordUsage({ outputTokens: 1 });
+    expect(sandbox.checkBudget().map((b) => b.limit)).toEqual(["cost"]);
+  });
+
+  it("no budget, no limit: nothing is ever refused", async () => {
+    const sandbox = await start(new FakeApi());
+    sandbox.recordUsage({ inputTokens: Number.MAX_SAFE_INTEGER, outputTokens: 5, cost: "999999999999999999" });
+    sandbox.recordUsage({ inputTokens: 5, cost: "5" });
+    expect(sandbox.checkBudget()).toEqual([]);
+    // Capped at what the CRD admits, never wrapped around.
+    expect(sandbox.usage).toMatchObject({ inputTokens: Number.MAX_SAFE_INTEGER, cost: "999999999999999999.999999999999999999" });
+  });
+});
+
 describe("ending the process", () => {
   const identity = { runName: "r", namespace: "ns", attempt: 1 };
   const run = (api: FakeApi, main: Parameters<typeof runAgent>[0], exit = vi.fn(), attempt = 1) =>
@@ -745,6 +937,39 @@ describe("ending the process", () => {
       await stopped;
     });
     expect(code).toBe(EXIT_CODES.fenced);
+  });
+
+  it("stops on its budget: waits, heartbeating, for the operator to stop the run, then exits as fenced", async () => {
+    const api = new FakeApi({}, { budget: { tokens: 100 } });
+    const exit = vi.fn();
+    const ending = runAgent(
+      async (s) => {
+        s.recordUsage({ inputTokens: 60, outputTokens: 40 });
+        s.assertWithinBudget();
+      },
+      { client: api.client(), identity, logger: createLogger("silent"), exit, budgetStopWaitMs: 60 * S },
+    );
+    await vi.advanceTimersByTimeAsync(10 * S);
+    expect(exit).not.toHaveBeenCalled();
+    expect(api.status.heartbeat.usage).toMatchObject({ inputTokens: 60, outputTokens: 40 });
+    // Waiting for the operator is not being wedged: the heartbeats go on.
+    expect(Date.parse(api.status.heartbeat.time)).toBeGreaterThanOrEqual(T0 + 9 * S);
+    api.operator({ phase: "NeedsHumanIntervention" });
+    expect(await ending).toBe(EXIT_CODES.fenced);
+  });
+
+  it("stops on its budget: exits as failed when no operator stops the run within the wait", async () => {
+    const api = new FakeApi({}, { budget: { tokens: 100 } });
+    const ending = runAgent(
+      async (s) => {
+        s.recordUsage({ inputTokens: 100 });
+        await s.tool("t", {}, () => 1);
+      },
+      { client: api.client(), identity, logger: createLogger("silent"), exit: () => {}, budgetStopWaitMs: 5 * S, terminationLogPath: join(tmpdir(), "none", "x") },
+    );
+    await vi.advanceTimersByTimeAsync(6 * S);
+    expect(await ending).toBe(EXIT_CODES.failed);
+    expect(api.status.heartbeat.usage).toMatchObject({ inputTokens: 100 });
   });
 
   it("exits as denied when an approval is rejected, even though the run is then over", async () => {

@@ -5,7 +5,7 @@ import { generateText as aiGenerateText, jsonSchema, stepCountIs, tool, type Mod
 import { MockLanguageModelV4 } from "ai/test";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { generateText, streamText, watchdogTools } from "../../../../operator/sandbox/adapters/ai.ts";
-import { ApprovalDeniedError, UnconfirmedSideEffectError } from "../../../../operator/sandbox/errors.ts";
+import { ApprovalDeniedError, BudgetExhaustedError, UnconfirmedSideEffectError } from "../../../../operator/sandbox/errors.ts";
 import { FakeApi } from "../fake-api.ts";
 import { abandonSandboxes, secondAttempt, startSandbox as start, until } from "./support.ts";
 
@@ -22,7 +22,8 @@ async function within<T>(what: string, p: PromiseLike<T>, ms = 5000): Promise<T>
   }
 }
 
-const usage = { inputTokens: { total: 1, noCache: 1, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 1, text: 1, reasoning: 0 } };
+/** A model call's usage in the provider specification's shape. */
+const usageOf = (input: number, output: number) => ({ inputTokens: { total: input, noCache: input, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: output, text: output, reasoning: 0 } });
 type Prompt = MockLanguageModelV4["doGenerateCalls"][number]["prompt"];
 
 /** What the model was given for its tool call, as text: the result's JSON, or the error. */
@@ -36,7 +37,7 @@ function toolOutput(prompt: Prompt): string | undefined {
 }
 
 /** Calls lookup {topic} once, then answers with what it was given. */
-function scriptedModel(topic = "tides") {
+function scriptedModel(topic = "tides", usage = usageOf(1, 1)) {
   return new MockLanguageModelV4({
     doGenerate: async ({ prompt }) => {
       const given = toolOutput(prompt);
@@ -49,7 +50,7 @@ function scriptedModel(topic = "tides") {
 }
 
 /** The same script, streamed: the answer comes in three deltas. */
-function streamingModel(topic = "tides") {
+function streamingModel(topic = "tides", usage = usageOf(1, 1)) {
   return new MockLanguageModelV4({
     doStream: async ({ prompt }) => {
       const given = toolOutput(prompt);
@@ -311,5 +312,61 @@ describe("watchdogTools", () => {
     const tools = watchdogTools(two, lookupTool(vi.fn()), { stop });
     await expect((tools.lookup!.execute as any)({ topic: "x" }, { toolCallId: "c", messages: [], context: {} })).rejects.toThrow(UnconfirmedSideEffectError);
     expect(stop.signal.reason).toBeInstanceOf(UnconfirmedSideEffectError);
+  });
+});
+
+describe("usage and the run's budget", () => {
+  it("reports each model call's usage under the model's id, and counts the tool call: the heartbeat carries them", async () => {
+    const api = new FakeApi();
+    const sandbox = await start(api);
+    const onCallEnd = vi.fn();
+    await generateText(sandbox, { model: scriptedModel("tides", usageOf(1200, 80)), tools: lookupTool(() => "a fact"), prompt: "go", stopWhen: stepCountIs(5), onLanguageModelCallEnd: onCallEnd });
+    // Two model calls (the tool call, then the answer), one tool call; the final text's write carries it all.
+    expect(api.status.heartbeat.usage).toEqual({ inputTokens: 2400, outputTokens: 160, toolCalls: 1, model: "mock-model-id" });
+    expect(onCallEnd).toHaveBeenCalledTimes(2);
+  });
+
+  it("reports a stream's usage too, and under the name the budget prices when one is given", async () => {
+    const api = new FakeApi();
+    const sandbox = await start(api);
+    const result = streamText(sandbox, { model: streamingModel("tides", usageOf(300, 30)), tools: lookupTool(() => "a fact"), prompt: "go", stopWhen: stepCountIs(5) }, { model: "gpt-5-mini" });
+    await result.consumeStream();
+    await result.text;
+    await until("the usage in status", () => api.status.heartbeat.usage.inputTokens === 600);
+    expect(api.status.heartbeat.usage).toEqual({ inputTokens: 600, outputTokens: 60, toolCalls: 1, model: "gpt-5-mini" });
+  });
+
+  it("counts nothing itself when told the agent reports usage", async () => {
+    const api = new FakeApi();
+    const sandbox = await start(api);
+    await generateText(sandbox, { model: scriptedModel("tides", usageOf(1200, 80)), tools: lookupTool(() => "a fact"), prompt: "go", stopWhen: stepCountIs(5) }, { reportUsage: false });
+    expect(api.status.heartbeat.usage).toEqual({ inputTokens: 0, outputTokens: 0, toolCalls: 1 });
+  });
+
+  it("refuses the next step once a model call has brought the run to a limit: the report is written at once, and the call ends with BudgetExhaustedError", async () => {
+    const api = new FakeApi({}, { budget: { tokens: 1000 } });
+    const sandbox = await start(api);
+    const fn = vi.fn(() => "a fact");
+    const model = scriptedModel("tides", usageOf(990, 10));
+    await expect(within("the refusal", generateText(sandbox, { model, tools: lookupTool(fn), prompt: "go", stopWhen: stepCountIs(5) }))).rejects.toThrow(BudgetExhaustedError);
+    expect(model.doGenerateCalls).toHaveLength(1);
+    // The tool the model asked for is not run either: the run may spend no more.
+    expect(fn).not.toHaveBeenCalled();
+    expect(api.status.toolCalls ?? []).toEqual([]);
+    expect(api.status.heartbeat.usage).toMatchObject({ inputTokens: 990, outputTokens: 10 });
+  });
+
+  it("refuses before the first model call when ended attempts spent the budget, streamed or not", async () => {
+    const api = new FakeApi({ attempt: 2, spent: { inputTokens: 0, outputTokens: 0, cost: "2.50", toolCalls: 0, throughAttempt: 1 } }, { budget: { cost: { amount: "2.50", currency: "EUR" } } });
+    const sandbox = await start(api, 2);
+    const model = scriptedModel();
+    const refused = generateText(sandbox, { model, prompt: "go" });
+    await expect(within("the refusal", refused)).rejects.toThrow(/cost budget: 2\.5 of 2\.50 EUR spent/);
+    expect(model.doGenerateCalls).toHaveLength(0);
+
+    const streaming = streamingModel();
+    const result = streamText(sandbox, { model: streaming, prompt: "go" });
+    await expect(within("the refusal", result.text)).rejects.toThrow(BudgetExhaustedError);
+    expect(streaming.doStreamCalls).toHaveLength(0);
   });
 });

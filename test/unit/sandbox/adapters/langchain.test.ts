@@ -10,8 +10,8 @@ import { END, MemorySaver, MessagesAnnotation, START, StateGraph, interrupt } fr
 import { ToolNode, toolsCondition } from "@langchain/langgraph/prebuilt";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { z } from "zod";
-import { runGraph, toolContext, watchdogTools, type LangChainTool } from "../../../../operator/sandbox/adapters/langchain.ts";
-import { UnconfirmedSideEffectError } from "../../../../operator/sandbox/errors.ts";
+import { runGraph, toolContext, watchdogCallbacks, watchdogTools, type LangChainTool } from "../../../../operator/sandbox/adapters/langchain.ts";
+import { BudgetExhaustedError, UnconfirmedSideEffectError } from "../../../../operator/sandbox/errors.ts";
 import type { Sandbox } from "../../../../operator/sandbox/sandbox.ts";
 import { FakeApi } from "../fake-api.ts";
 import { abandonSandboxes, nextAttempt as secondAttempt, startSandbox as start, until } from "./support.ts";
@@ -30,14 +30,25 @@ const now = () => new Date().toISOString();
 class ScriptedModel extends BaseChatModel {
   readonly turns: BaseMessage[][] = [];
   private readonly calls: { name: string; args: Record<string, unknown> }[];
+  /** Each turn's usage, as a provider reports it in usage_metadata; none by default. */
+  private readonly tokens: { input: number; output: number } | undefined;
 
-  constructor(calls: { name: string; args: Record<string, unknown> }[]) {
+  constructor(calls: { name: string; args: Record<string, unknown> }[], tokens?: { input: number; output: number }) {
     super({});
     this.calls = calls;
+    this.tokens = tokens;
   }
 
   _llmType(): string {
     return "scripted";
+  }
+
+  override getLsParams(options: this["ParsedCallOptions"]) {
+    return { ...super.getLsParams(options), ls_model_name: "scripted-1" };
+  }
+
+  private get usage_metadata() {
+    return this.tokens && { input_tokens: this.tokens.input, output_tokens: this.tokens.output, total_tokens: this.tokens.input + this.tokens.output };
   }
 
   /** What the model was handed as tool results in its `turn`th turn (0-based). */
@@ -48,10 +59,11 @@ class ScriptedModel extends BaseChatModel {
   private reply(messages: BaseMessage[]): AIMessage {
     this.turns.push(messages);
     const results = messages.filter((m) => ToolMessage.isInstance(m));
+    const { usage_metadata } = this;
     if (results.length === 0) {
-      return new AIMessage({ content: "", tool_calls: this.calls.map((c, i) => ({ ...c, id: `call-${i}`, type: "tool_call" as const })) });
+      return new AIMessage({ content: "", tool_calls: this.calls.map((c, i) => ({ ...c, id: `call-${i}`, type: "tool_call" as const })), usage_metadata });
     }
-    return new AIMessage(`answer: ${results.map((m) => String(m.content)).join(" | ")}`);
+    return new AIMessage({ content: `answer: ${results.map((m) => String(m.content)).join(" | ")}`, usage_metadata });
   }
 
   async _generate(messages: BaseMessage[]): Promise<ChatResult> {
@@ -62,11 +74,13 @@ class ScriptedModel extends BaseChatModel {
   override async *_streamResponseChunks(messages: BaseMessage[], _options: this["ParsedCallOptions"], runManager?: CallbackManagerForLLMRun): AsyncGenerator<ChatGenerationChunk> {
     const message = this.reply(messages);
     if (message.tool_calls?.length) {
-      yield new ChatGenerationChunk({ text: "", message: new AIMessageChunk({ content: "", tool_calls: message.tool_calls }) });
+      yield new ChatGenerationChunk({ text: "", message: new AIMessageChunk({ content: "", tool_calls: message.tool_calls, usage_metadata: message.usage_metadata }) });
       return;
     }
-    for (const word of message.text.split(/(?<= )/)) {
-      const chunk = new ChatGenerationChunk({ text: word, message: new AIMessageChunk(word) });
+    const words = message.text.split(/(?<= )/);
+    for (const [i, word] of words.entries()) {
+      // The usage comes with the last chunk, as providers stream it.
+      const chunk = new ChatGenerationChunk({ text: word, message: new AIMessageChunk({ content: word, usage_metadata: i === words.length - 1 ? message.usage_metadata : undefined }) });
       yield chunk;
       await runManager?.handleLLMNewToken(word, undefined, undefined, undefined, undefined, { chunk });
     }
@@ -198,6 +212,53 @@ describe("model text", () => {
     await runGraph(sandbox, chat(), ask("hi"), undefined, { stream: false });
     expect(activities(api)).toEqual(["text"]);
     expect(agentTexts(sandbox)).toEqual(["Hello from the stream"]);
+  });
+});
+
+describe("usage and the run's budget", () => {
+  it.each([true, false])("reports each model call's usage_metadata under ls_model_name (streamed: %s), and counts the tool call", async (stream) => {
+    const api = new FakeApi();
+    const sandbox = await start(api);
+    const model = new ScriptedModel([{ name: "lookup", args: { topic: "tides" } }], { input: 700, output: 30 });
+    await runGraph(sandbox, agentGraph(model, watchdogTools(sandbox, [lookupTool(() => "a fact")])), ask("tides?"), undefined, { stream });
+    expect(model.turns).toHaveLength(2);
+    expect(api.status.heartbeat.usage).toEqual({ inputTokens: 1400, outputTokens: 60, toolCalls: 1, model: "scripted-1" });
+  });
+
+  it("reads llmOutput.tokenUsage when the messages carry no usage_metadata", async () => {
+    const sandbox = await start(new FakeApi());
+    await watchdogCallbacks(sandbox).handleLLMEnd({ generations: [[{ text: "hi" }]], llmOutput: { tokenUsage: { promptTokens: 12, completionTokens: 3, totalTokens: 15 } } }, "run-1");
+    expect(sandbox.usage).toMatchObject({ inputTokens: 12, outputTokens: 3 });
+  });
+
+  it("refuses the next model call once the run's budget is exhausted, and runGraph ends with BudgetExhaustedError", async () => {
+    const api = new FakeApi({}, { budget: { outputTokens: 30 } });
+    const sandbox = await start(api);
+    const fn = vi.fn(() => "a fact");
+    const model = new ScriptedModel([{ name: "lookup", args: { topic: "tides" } }], { input: 700, output: 30 });
+    const error = vi.spyOn(console, "error").mockImplementation(() => {}); // LangChain logs what a handler raises
+    try {
+      await expect(runGraph(sandbox, agentGraph(model, watchdogTools(sandbox, [lookupTool(fn)])), ask("tides?"))).rejects.toThrow(BudgetExhaustedError);
+    } finally {
+      error.mockRestore();
+    }
+    // The first call reached the limit: its tool is not run, and the model is not called again.
+    expect(model.turns).toHaveLength(1);
+    expect(fn).not.toHaveBeenCalled();
+    expect(api.status.heartbeat.usage).toMatchObject({ inputTokens: 700, outputTokens: 30 });
+  });
+
+  it("refuses the first model call when ended attempts spent the budget", async () => {
+    const api = new FakeApi({ attempt: 2, spent: { inputTokens: 5000, outputTokens: 0, cost: "0", toolCalls: 0, throughAttempt: 1 } }, { budget: { inputTokens: 5000 } });
+    const sandbox = await start(api, 2);
+    const model = new ScriptedModel([]);
+    const error = vi.spyOn(console, "error").mockImplementation(() => {});
+    try {
+      await expect(runGraph(sandbox, agentGraph(model, []), ask("hi"), undefined, { stream: false })).rejects.toThrow(/input token budget: 5000 of 5000/);
+    } finally {
+      error.mockRestore();
+    }
+    expect(model.turns).toHaveLength(0);
   });
 });
 

@@ -11,7 +11,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import { z } from "zod";
 import { createLogger } from "../../../../operator/log.ts";
 import { IDEMPOTENCY_KEY_META, defaultElicitContent, watchdogClient, type McpAdapterOptions } from "../../../../operator/sandbox/adapters/mcp.ts";
-import { ApprovalDeniedError, EXIT_CODES, UnconfirmedSideEffectError } from "../../../../operator/sandbox/errors.ts";
+import { ApprovalDeniedError, BudgetExhaustedError, EXIT_CODES, UnconfirmedSideEffectError } from "../../../../operator/sandbox/errors.ts";
 import { runAgent } from "../../../../operator/sandbox/runner.ts";
 import { Sandbox, type SandboxOptions } from "../../../../operator/sandbox/sandbox.ts";
 import { FakeApi } from "../fake-api.ts";
@@ -283,5 +283,39 @@ describe("elicitation as approvals", () => {
     const two = form({ env: { type: "string" }, replicas: { type: "number" } });
     expect(defaultElicitContent('{"env":"prod","replicas":2}', two)).toEqual({ env: "prod", replicas: 2 });
     expect(() => defaultElicitContent("prod", two)).toThrow("not a JSON object with the fields env, replicas");
+  });
+});
+
+describe("usage and the run's budget", () => {
+  it("counts each tool call sent (failed ones too) in the attempt's usage, and a saved result not at all", async () => {
+    const api = new FakeApi();
+    const one = await start(api);
+    const client = await connect(one, (server) => {
+      lookup(server);
+      lookup(server, () => ({ content: [{ type: "text", text: "no such topic" }], isError: true }), "broken");
+    });
+    await client.callTool({ name: "lookup", arguments: { topic: "tides" } });
+    await client.callTool({ name: "broken", arguments: { topic: "x" } });
+    expect(api.status.heartbeat.usage).toMatchObject({ toolCalls: 2 });
+
+    one.abandon();
+    api.operator({ attempt: 2, phase: "Starting", spent: { inputTokens: 0, outputTokens: 0, cost: "0", toolCalls: 2, throughAttempt: 1 } });
+    const two = await start(api, { identity: identity(2) });
+    const again = await connect(two, (server) => lookup(server));
+    expect(textOf(await again.callTool({ name: "lookup", arguments: { topic: "tides" } }))).toBe("a fact about tides"); // the saved result
+    expect(two.usage).toMatchObject({ toolCalls: 0 });
+    expect(two.spending()).toMatchObject({ toolCalls: 2 });
+  });
+
+  it("refuses a tool call once the run's tool-call budget is spent, without sending it", async () => {
+    const api = new FakeApi({}, { budget: { toolCalls: 1 } });
+    const sandbox = await start(api);
+    const fn = vi.fn(fact);
+    const client = await connect(sandbox, (server) => lookup(server, fn));
+    await client.callTool({ name: "lookup", arguments: { topic: "tides" } });
+    await expect(client.callTool({ name: "lookup", arguments: { topic: "waves" } })).rejects.toThrow(BudgetExhaustedError);
+    expect(fn).toHaveBeenCalledTimes(1);
+    expect(api.status.toolCalls).toHaveLength(1);
+    expect(api.status.heartbeat.usage).toMatchObject({ toolCalls: 1 });
   });
 });

@@ -1,7 +1,7 @@
 // The OpenAI Agents SDK adapter against the in-memory API (../fake-api.ts) and the SDK's own
 // scripted model: what each tool call records and when, replays in a new attempt, streaming,
 // approvals, and the errors that must stop the agent instead of reaching the model.
-import { Agent, tool as sdkTool, type MCPServer } from "@openai/agents";
+import { Agent, Usage, tool as sdkTool, type MCPServer } from "@openai/agents";
 import { ScriptedModel, assistantMessage, functionCall, modelResponder, modelStream, type RecordedModelCall } from "@openai/agents/testing";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -10,7 +10,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import { z } from "zod";
 import { createLogger } from "../../../../operator/log.ts";
 import { run, tool, toolContext, watchdogAgent } from "../../../../operator/sandbox/adapters/openai-agents.ts";
-import { ApprovalDeniedError, UnconfirmedSideEffectError } from "../../../../operator/sandbox/errors.ts";
+import { ApprovalDeniedError, BudgetExhaustedError, UnconfirmedSideEffectError } from "../../../../operator/sandbox/errors.ts";
 import { runAgent } from "../../../../operator/sandbox/runner.ts";
 import type { ToolContext } from "../../../../operator/sandbox/tool-runner.ts";
 import { FakeApi } from "../fake-api.ts";
@@ -274,6 +274,81 @@ describe("approvals", () => {
 
     await expect(running).rejects.toBeInstanceOf(ApprovalDeniedError);
     expect(execute).not.toHaveBeenCalled();
+  });
+});
+
+describe("usage and the run's budget", () => {
+  /** lookupModel, each response with this usage. */
+  function spendingModel(input: number, output: number) {
+    const usage = () => new Usage({ requests: 1, inputTokens: input, outputTokens: output, totalTokens: input + output });
+    return new ScriptedModel([
+      { usage: usage(), output: [functionCall("lookup", { topic: "tides" }, { callId: "call_1" })] },
+      modelResponder((call) => ({ usage: usage(), output: [assistantMessage(`Found: ${toolResults(call).at(-1)}`)] })),
+    ]);
+  }
+
+  it("reports each model response's usage once, and counts the tool call: the heartbeat carries them", async () => {
+    const api = new FakeApi();
+    const sandbox = await start(api);
+    await run(sandbox, agentWith(spendingModel(900, 40), lookupTool(() => "a fact")), "Tell me about tides.", { model: "gpt-5" });
+    expect(api.status.heartbeat.usage).toEqual({ inputTokens: 1800, outputTokens: 80, toolCalls: 1, model: "gpt-5" });
+  });
+
+  it("reports a streamed run's usage, under the agent's model name", async () => {
+    const api = new FakeApi();
+    const sandbox = await start(api);
+    const usage = { inputTokens: 10, outputTokens: 30, totalTokens: 40 };
+    const model = new ScriptedModel([
+      { usage: new Usage(usage), output: [functionCall("lookup", { topic: "tides" }, { callId: "call_1" })] },
+      modelStream([
+        { type: "response_started" },
+        { type: "output_text_delta", delta: "Tides." },
+        { type: "response_done", response: { id: "r2", usage, output: [assistantMessage("Tides.")] } },
+      ]),
+    ]);
+    // The runner resolves a model name through its provider; the agent names it.
+    const agent = new Agent({ name: "researcher", instructions: "Look it up.", model: "gpt-5-mini", tools: [lookupTool(() => "a fact")] });
+    const runner = new (await import("@openai/agents")).Runner({ tracingDisabled: true, modelProvider: { getModel: async () => model } });
+    await run(sandbox, agent, "Tell me about tides.", { stream: true, runner });
+    expect(api.status.heartbeat.usage).toEqual({ inputTokens: 20, outputTokens: 60, toolCalls: 1, model: "gpt-5-mini" });
+  });
+
+  it("counts a run resumed after an approval once, not the whole state again", async () => {
+    const api = new FakeApi();
+    const sandbox = await start(api);
+    const running = run(sandbox, agentWith(spendingModel(100, 10), lookupTool(() => "sent", { needsApproval: true })), "Tell me about tides.");
+    await until("the question", () => api.status.heartbeat?.state === "AwaitingReply");
+    api.operator({ phase: "AwaitingReply", approval: { state: "Pending", requestedAt: new Date().toISOString() } });
+    expect(sandbox.usage).toMatchObject({ inputTokens: 100, outputTokens: 10 });
+    api.operator({ approval: { state: "Approved", answer: "go", decidedAt: new Date().toISOString() } });
+    await running;
+    expect(api.status.heartbeat.usage).toMatchObject({ inputTokens: 200, outputTokens: 20, toolCalls: 1 });
+  });
+
+  it("stops with BudgetExhaustedError once a response brings the run to a limit: no tool runs, no model call follows", async () => {
+    const api = new FakeApi({}, { budget: { tokens: 900 } });
+    const sandbox = await start(api);
+    const execute = vi.fn(() => "a fact");
+    const model = spendingModel(860, 40);
+    await expect(run(sandbox, agentWith(model, lookupTool(execute)), "Tell me about tides.")).rejects.toBeInstanceOf(BudgetExhaustedError);
+    expect(execute).not.toHaveBeenCalled();
+    expect(model.calls).toHaveLength(1);
+    expect(api.status.heartbeat.usage).toMatchObject({ inputTokens: 860, outputTokens: 40 });
+  });
+
+  it("refuses the first model call when ended attempts spent the budget, and the user's own input filter still runs after it", async () => {
+    const api = new FakeApi({ attempt: 2, spent: { inputTokens: 0, outputTokens: 0, cost: "0", toolCalls: 7, throughAttempt: 1 } }, { budget: { toolCalls: 7 } });
+    const sandbox = await start(api, 2);
+    const model = spendingModel(1, 1);
+    const filter = vi.fn(({ modelData }) => modelData);
+    await expect(run(sandbox, agentWith(model, lookupTool(vi.fn())), "Tell me about tides.", { stream: true, callModelInputFilter: filter })).rejects.toThrow(/tool call budget: 7 of 7/);
+    expect(model.calls).toHaveLength(0);
+    expect(filter).not.toHaveBeenCalled();
+
+    api.operator({ budget: { toolCalls: 9, warnAt: 0.8 } });
+    const result = await run(sandbox, agentWith(spendingModel(1, 1), lookupTool(() => "a fact")), "Tell me about tides.", { callModelInputFilter: filter });
+    expect(result.finalOutput).toBe("Found: a fact");
+    expect(filter).toHaveBeenCalledTimes(2);
   });
 });
 

@@ -54,7 +54,7 @@ Output: a table, then one JSON line. Exit 0 when every invariant held and the ru
 const MIX = ["healthy", "hang-in-tool", "crash", "healthy", "rate-limited", "tool-loop", "await-approval", "side-effect-then-crash"] as const;
 
 const SOAK_WATCHDOG = {
-  heartbeatTimeout: "45s",
+  heartbeatTimeout: "60s",
   maxRestarts: 3,
   killGracePeriod: "5s",
   backoff: { initial: "2s", factor: 2, max: "10s" },

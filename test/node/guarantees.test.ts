@@ -360,10 +360,12 @@ describe("4. real pods start and finish like real pods", () => {
   it("gives a sandbox that cannot start yet its startTimeout, not the heartbeat timeout, and spends no restart", async () => {
     await pause();
     // The kubelet is not there to start the container: as a slow image pull would.
-    await client.create(paths.runs(ns), run("slow", example("healthy", { EXAMPLE_STEPS: "2", EXAMPLE_STEP_DELAY_MS: "500" }), { heartbeatTimeout: "4s", startTimeout: "3m" }));
+    // The heartbeat timeout is short, but longer than a real sandbox takes from its container's
+    // start to its first write on a loaded two-core node (4 s was not, in a CI run).
+    await client.create(paths.runs(ns), run("slow", example("healthy", { EXAMPLE_STEPS: "2", EXAMPLE_STEP_DELAY_MS: "500" }), { heartbeatTimeout: "10s", startTimeout: "3m" }));
     await waitFor("the pod to be bound to the node", async () => (await podsOf("slow"))[0]?.spec.nodeName);
     const pendingSince = Date.now();
-    await waitFor("three heartbeat timeouts", async () => Date.now() - pendingSince > 12_000, { timeoutMs: 20_000, intervalMs: 500 });
+    await waitFor("two and a half heartbeat timeouts", async () => Date.now() - pendingSince > 25_000, { timeoutMs: 35_000, intervalMs: 500 });
     const waiting = await getRun("slow");
     expect(waiting.status).toMatchObject({ phase: "Starting", attempt: 1, restarts: 0 });
     await resume();

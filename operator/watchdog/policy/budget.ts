@@ -18,6 +18,7 @@
 //   and a crash is handled as a crash (the stop for the budget comes before any new sandbox).
 import { ACTIVE_PHASES, type BudgetWarningRecord, type Phase } from "../../api/agentrun.ts";
 import { cutToCodePoints } from "../../api/limits.ts";
+import { hasLimits } from "../../api/defaults.ts";
 import { budgetName, exhausted, fold, measures, spending, warned, warnThreshold, type Measure } from "../budget.ts";
 import { toMillis, type PodView } from "../observe.ts";
 import { event, type Outcome, type OperatorStatus } from "../outcome.ts";
@@ -26,8 +27,12 @@ import { attemptOf, currentPod, isoSeconds, type RunView } from "../run-view.ts"
 import { needsHuman } from "./failure.ts";
 import { newResumeToken } from "./lifecycle.ts";
 
-/** Each limit of the run's budget with what the run has spent of it, now. */
+/**
+ * Each limit of the run's budget with what the run has spent of it, now. Every decision asks,
+ * heartbeat-only ones included: a run without limits (most runs) adds nothing up.
+ */
 export function budgetMeasures(view: RunView, next: OperatorStatus): Measure[] {
+  if (!hasLimits(view.budget)) return [];
   const spent = spending(next.spent, view.status.heartbeat, attemptOf(next), view.budget.prices);
   const start = toMillis(next.startTime);
   return measures(view.budget, spent, start === undefined ? undefined : view.now - start);

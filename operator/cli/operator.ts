@@ -50,7 +50,7 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
     },
   });
 
-  const ledger = options.databaseUrl ? Ledger.open(options.databaseUrl, { log, listRuns: () => controller.listRuns() }) : undefined;
+  const ledger = options.databaseUrl ? Ledger.open(options.databaseUrl, { log, listRuns: () => controller.listRuns(), installBudget: options.defaults.budget }) : undefined;
   if (ledger) controller.observe((run) => ledger.observe(run));
 
   const elector = options.leaderElect

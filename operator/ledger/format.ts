@@ -1,11 +1,13 @@
-// A run's history as people read it: one time-ordered timeline of phase transitions, tool calls
-// and the gaps the ledger could not fill.
+// A run's history as people read it: one time-ordered timeline of phase transitions, tool calls,
+// what each attempt spent, and the gaps the ledger could not fill.
+import { formatDecimal, parseDecimal } from "../api/decimal.ts";
 import { escapeTerminal } from "../cli/terminal.ts";
-import type { GapRecord, RunHistory, ToolCallRecord, TransitionRecord } from "./read.ts";
+import type { AttemptUsageRecord, GapRecord, RunHistory, ToolCallRecord, TransitionRecord } from "./read.ts";
 
 export type TimelineEntry =
   | { kind: "transition"; time: string; transition: TransitionRecord }
   | { kind: "toolCall"; time: string; toolCall: ToolCallRecord }
+  | { kind: "usage"; time: string; usage: AttemptUsageRecord }
   | { kind: "gap"; time: string; gap: GapRecord };
 
 // Where a gap belongs: just before the first transition after it, else after the last before it.
@@ -13,13 +15,17 @@ function gapTime(g: GapRecord): string {
   return g.before?.time ?? g.after?.time ?? g.detectedAt;
 }
 
-const ORDER: Record<TimelineEntry["kind"], number> = { gap: 0, transition: 1, toolCall: 2 };
+const ORDER: Record<TimelineEntry["kind"], number> = { gap: 0, transition: 1, toolCall: 2, usage: 3 };
 
-/** Everything in the history, oldest first; a gap comes before the transition that ends it. */
+/**
+ * Everything in the history, oldest first; a gap comes before the transition that ends it, and an
+ * attempt's usage stands where the ledger last saw it grow.
+ */
 export function timeline(history: RunHistory): TimelineEntry[] {
   const entries: TimelineEntry[] = [
     ...history.transitions.map((t) => ({ kind: "transition" as const, time: t.time, transition: t })),
     ...history.toolCalls.map((c) => ({ kind: "toolCall" as const, time: c.startedAt ?? c.firstSeen, toolCall: c })),
+    ...(history.usage ?? []).map((u) => ({ kind: "usage" as const, time: u.lastSeen, usage: u })),
     ...history.gaps.map((g) => ({ kind: "gap" as const, time: gapTime(g), gap: g })),
   ];
   // Stable sort keeps each kind's own order among equal times.
@@ -38,6 +44,47 @@ export function describeGap(g: GapRecord): string {
   return `could not recover ${count} ${after}, ${before} (${why})`;
 }
 
+const plural = (n: number | bigint, what: string) => `${n} ${what}${n === 1 || n === 1n ? "" : "s"}`;
+
+/** "0.31 USD", or "cost 0.31" when the run has no cost limit to name a currency. */
+const money = (amount: string, currency: string | undefined) => (currency ? `${amount} ${currency}` : `cost ${amount}`);
+
+/** Spending as one phrase: "12000 input + 800 output tokens, 0.31 USD, 4 tool calls". */
+function spendingPhrase(inputTokens: number | bigint, outputTokens: number | bigint, cost: string, toolCalls: number | bigint): string {
+  return `${inputTokens} input + ${outputTokens} output tokens, ${cost}, ${plural(toolCalls, "tool call")}`;
+}
+
+/** What one attempt spent: "attempt 2 spent 12000 input + 800 output tokens, 0.31 USD, 4 tool calls (model gpt-5)". */
+export function describeUsage(u: AttemptUsageRecord): string {
+  const cost = u.cost === undefined ? "cost unknown" : money(u.cost, u.currency);
+  // The model is the sandbox's words; escaping is idempotent, so a caller escaping the line again changes nothing.
+  const model = u.model === undefined ? "" : ` (model ${escapeTerminal(u.model)})`;
+  return `attempt ${u.attempt} spent ${spendingPhrase(u.inputTokens, u.outputTokens, cost, u.toolCalls)}${model}`;
+}
+
+/**
+ * What a run's attempts spent together, summed exactly: "spent in all: ... over 2 attempts". Costs
+ * in different currencies are summed apart; a cost some attempt cannot know makes the sum a floor.
+ */
+export function describeTotal(usage: readonly AttemptUsageRecord[]): string {
+  let input = 0n;
+  let output = 0n;
+  let calls = 0n;
+  let unknown = false;
+  const costs = new Map<string, bigint>();
+  for (const u of usage) {
+    input += BigInt(u.inputTokens);
+    output += BigInt(u.outputTokens);
+    calls += BigInt(u.toolCalls);
+    const cost = u.cost === undefined ? undefined : parseDecimal(u.cost);
+    if (cost === undefined) unknown = true;
+    else costs.set(u.currency ?? "", (costs.get(u.currency ?? "") ?? 0n) + cost);
+  }
+  const known = [...costs].map(([currency, sum]) => money(formatDecimal(sum), currency || undefined)).join(" + ");
+  const cost = !known ? "cost unknown" : unknown ? `at least ${known}` : known;
+  return `spent in all: ${spendingPhrase(input, output, cost, calls)} over ${plural(usage.length, "attempt")}`;
+}
+
 function duration(from: string | undefined, to: string | undefined): string {
   if (!from || !to) return "";
   const ms = Date.parse(to) - Date.parse(from);
@@ -46,7 +93,16 @@ function duration(from: string | undefined, to: string | undefined): string {
 }
 
 function runUid(e: TimelineEntry): string {
-  return e.kind === "transition" ? e.transition.runUid : e.kind === "toolCall" ? e.toolCall.runUid : e.gap.runUid;
+  switch (e.kind) {
+    case "transition":
+      return e.transition.runUid;
+    case "toolCall":
+      return e.toolCall.runUid;
+    case "usage":
+      return e.usage.runUid;
+    case "gap":
+      return e.gap.runUid;
+  }
 }
 
 function line(e: TimelineEntry): string {
@@ -66,6 +122,8 @@ function line(e: TimelineEntry): string {
       const key = c.idempotencyKey ? `  key ${c.idempotencyKey}` : "";
       return `${e.time}  tool   ${c.name} [${c.id}] ${c.state}${duration(c.startedAt, c.finishedAt)}${error}${attempt}  args ${c.argsHash}${key}`;
     }
+    case "usage":
+      return `${e.time}  usage  ${describeUsage(e.usage)}`;
     case "gap":
       return `${e.time}  GAP    ${describeGap(e.gap)}`;
   }
@@ -75,10 +133,15 @@ function line(e: TimelineEntry): string {
 export function formatHistory(history: RunHistory): string {
   const header = `AgentRun ${history.namespace}/${history.name}  (uid ${history.uids.join(", ")})`;
   const counts = `${history.transitions.length} transitions, ${history.toolCalls.length} tool calls, ${history.gaps.length} gaps`;
-  // A name reused after a delete has several runs: then each line says which one it belongs to.
+  // A name reused after a delete has several runs: then each line says which one it belongs to,
+  // and each run's spending is summed on its own.
   const several = history.uids.length > 1;
   const lines = timeline(history).map((e) => (several ? `${line(e)}  [run ${runUid(e).slice(0, 8)}]` : line(e)));
-  // Printed to a terminal, and tool names, errors and messages come from sandboxes: each entry
-  // stays one line and drives nothing.
-  return [header, counts, "", ...lines].map((l) => escapeTerminal(l)).join("\n") + "\n";
+  const totals = history.uids.flatMap((uid) => {
+    const usage = (history.usage ?? []).filter((u) => u.runUid === uid);
+    return usage.length === 0 ? [] : [several ? `${describeTotal(usage)}  [run ${uid.slice(0, 8)}]` : describeTotal(usage)];
+  });
+  // Printed to a terminal, and tool names, errors, messages and models come from sandboxes: each
+  // entry stays one line and drives nothing.
+  return [header, counts, ...totals, "", ...lines].map((l) => escapeTerminal(l)).join("\n") + "\n";
 }

@@ -1,4 +1,5 @@
-// The ledger: every phase transition and every tool call of every AgentRun, in PostgreSQL.
+// The ledger: every phase transition and every tool call of every AgentRun, and what each attempt
+// spent, in PostgreSQL.
 //
 // It must never slow down or block a reconcile, and PostgreSQL may be slow, down, or not there
 // yet. So the work is split in two:
@@ -15,6 +16,7 @@
 // after every reconnect, and after it dropped rows. What neither the buffer nor the objects hold
 // any more is recorded in ledger_gaps and logged, so the ledger says what it could not recover.
 import { Pool, type PoolClient, type PoolConfig } from "pg";
+import type { BudgetSpec } from "../api/agentrun.ts";
 import type { Json } from "../kube/client.ts";
 import type { Logger } from "../log.ts";
 import { describeGap } from "./format.ts";
@@ -33,6 +35,12 @@ export interface LedgerOptions {
    * Without it the ledger can only write what observe() hands it.
    */
   listRuns?: () => readonly Json[] | undefined;
+  /**
+   * The install's budget defaults. Their prices price an attempt's tokens when its sandbox reports
+   * no cost and the run does not price its model, and their cost limit's currency is a run's
+   * unless it sets its own: what the watchdog itself counts, so the history agrees with it.
+   */
+  installBudget?: BudgetSpec;
   /** How long rows may wait before the loop writes them (ms). Default 200. */
   flushIntervalMs?: number;
   /** Rows per write; a full batch is written without waiting for the interval. Default 500. */
@@ -104,6 +112,7 @@ export class Ledger {
   private readonly log: Logger;
   private readonly pool: Pool;
   private readonly listRuns: (() => readonly Json[] | undefined) | undefined;
+  private readonly installBudget: BudgetSpec | undefined;
   private readonly flushIntervalMs: number;
   private readonly batchRows: number;
   private readonly catchUpBatchRows: number;
@@ -153,6 +162,7 @@ export class Ledger {
     }
     this.log = options.log.child({ component: "ledger" });
     this.listRuns = options.listRuns;
+    this.installBudget = options.installBudget;
     this.flushIntervalMs = options.flushIntervalMs ?? DEFAULTS.flushIntervalMs;
     this.batchRows = options.batchRows ?? DEFAULTS.batchRows;
     this.catchUpBatchRows = options.catchUpBatchRows ?? DEFAULTS.catchUpBatchRows;
@@ -193,7 +203,7 @@ export class Ledger {
       if (!ref) return;
       const memory = this.memory(ref.uid, ref.namespace, ref.name);
       memory.touched = ++this.tick;
-      const rows = memory.diff(run, ref, new Date().toISOString());
+      const rows = memory.diff(run, ref, new Date().toISOString(), this.installBudget);
       for (const row of rows) this.queue.push(row);
       if (this.queue.length >= this.batchRows) this.wake();
     } catch (err) {
@@ -511,7 +521,7 @@ export class Ledger {
         // A run whose object lags what was observed of it may look broken only for now.
         const uids = current.runs.map(({ ref }) => ref.uid).filter((uid) => !behind.has(uid));
         const rows = current.runs.flatMap(({ run, ref }) => {
-          const all = allRows(run, ref, seenAt);
+          const all = allRows(run, ref, seenAt, this.installBudget);
           // This catch-up writes them, so observe() need not queue them again.
           this.memory(ref.uid, ref.namespace, ref.name).remember(all);
           return all;

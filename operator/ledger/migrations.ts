@@ -90,6 +90,34 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX ledger_gaps_by_name ON ledger_gaps (namespace, name);
     `,
   },
+  {
+    version: 3,
+    name: "attempt usage",
+    sql: `
+      -- What each attempt of a run spent, as its sandbox last reported it (cumulative within the
+      -- attempt), upserted as the figures grow; each figure keeps its greatest value, so a late or
+      -- stale write never lowers it. cost is exact (numeric, never a float): reported, or the
+      -- tokens priced by the run's prices; NULL when neither is known. currency is that of the
+      -- run's cost limit, NULL without one.
+      CREATE TABLE ledger_attempt_usage (
+        id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        run_uid       text NOT NULL,
+        namespace     text NOT NULL,
+        run_name      text NOT NULL,
+        attempt       integer NOT NULL,
+        input_tokens  bigint NOT NULL,
+        output_tokens bigint NOT NULL,
+        cost          numeric,
+        currency      text,
+        tool_calls    bigint NOT NULL,
+        model         text,
+        first_seen    timestamptz NOT NULL,
+        last_seen     timestamptz NOT NULL,
+        CONSTRAINT ledger_attempt_usage_key UNIQUE (run_uid, attempt)
+      );
+      CREATE INDEX ledger_attempt_usage_by_name ON ledger_attempt_usage (namespace, run_name);
+    `,
+  },
 ];
 
 /**

@@ -1,6 +1,7 @@
 // Reading the ledger: a run's full history, by namespace and name or by uid. Used by the
 // operator's /history route and by the CLI; it needs only a connection, not a running Ledger.
 import type { QueryResult, QueryResultRow } from "pg";
+import { formatDecimal, parseDecimal } from "../api/decimal.ts";
 import type { ToolCallErrorRow, ToolCallState } from "./rows.ts";
 
 /** Anything that runs a query: a pg Pool, Client or PoolClient. */
@@ -40,6 +41,25 @@ export interface ToolCallRecord {
   lastSeen: string;
 }
 
+/** What one attempt of a run spent, as its sandbox last reported it (cumulative within the attempt). */
+export interface AttemptUsageRecord {
+  runUid: string;
+  namespace: string;
+  runName: string;
+  attempt: number;
+  inputTokens: number;
+  outputTokens: number;
+  /** An exact decimal string: reported, or priced from the run's prices; absent when neither is known. */
+  cost?: string;
+  /** The currency of the run's cost limit, when it has one. */
+  currency?: string;
+  toolCalls: number;
+  model?: string;
+  /** When the ledger first saw the attempt's usage, and when it last saw it grow. */
+  firstSeen: string;
+  lastSeen: string;
+}
+
 export interface GapRecord {
   runUid: string;
   namespace: string;
@@ -67,6 +87,11 @@ export interface RunHistory {
   /** By start time (or first sight), oldest first. */
   toolCalls: ToolCallRecord[];
   gaps: GapRecord[];
+  /**
+   * What each attempt spent, by run, then attempt. Always read from the database; absent only
+   * from a history an operator served before the ledger recorded usage.
+   */
+  usage?: AttemptUsageRecord[];
 }
 
 const iso = (v: unknown): string | undefined =>
@@ -112,6 +137,28 @@ function toolCallRecord(r: QueryResultRow): ToolCallRecord {
   });
 }
 
+/** Counts are bigint columns (pg reads them as strings); they never exceed 2^53 - 1, so a number holds them exactly. */
+const count = (v: unknown): number => Number(v ?? 0);
+
+function usageRecord(r: QueryResultRow): AttemptUsageRecord {
+  const cost = typeof r.cost === "string" ? parseDecimal(r.cost) : undefined;
+  return compact({
+    runUid: r.run_uid,
+    namespace: r.namespace,
+    runName: r.run_name,
+    attempt: r.attempt,
+    inputTokens: count(r.input_tokens),
+    outputTokens: count(r.output_tokens),
+    // numeric keeps the scale it was given; the shortest form is what the operator writes elsewhere.
+    cost: cost === undefined ? r.cost : formatDecimal(cost),
+    currency: r.currency,
+    toolCalls: count(r.tool_calls),
+    model: r.model,
+    firstSeen: iso(r.first_seen) as string,
+    lastSeen: iso(r.last_seen) as string,
+  });
+}
+
 export function gapRecord(r: QueryResultRow): GapRecord {
   return compact({
     runUid: r.run_uid,
@@ -125,6 +172,21 @@ export function gapRecord(r: QueryResultRow): GapRecord {
     callId: r.call_id,
     detectedAt: iso(r.detected_at) as string,
   });
+}
+
+const UNDEFINED_TABLE = "42P01";
+
+/**
+ * The usage rows, or none when the table does not exist yet: a CLI newer than the operator that
+ * writes the ledger reads a schema from before usage was recorded.
+ */
+async function readUsage(db: Queryable, text: string, params: unknown[]): Promise<QueryResultRow[]> {
+  try {
+    return (await db.query(text, params)).rows;
+  } catch (err) {
+    if ((err as { code?: unknown }).code === UNDEFINED_TABLE) return [];
+    throw err;
+  }
 }
 
 export type RunSelector = { namespace: string; name: string } | { uid: string };
@@ -143,7 +205,8 @@ export async function readHistory(db: Queryable, selector: RunSelector): Promise
     `SELECT * FROM ledger_gaps WHERE ${filter("name")} ORDER BY COALESCE(before_time, after_time, detected_at), id`,
     params,
   );
-  if (transitions.rows.length + toolCalls.rows.length + gaps.rows.length === 0) return undefined;
+  const usage = await readUsage(db, `SELECT * FROM ledger_attempt_usage WHERE ${filter("run_name")} ORDER BY run_uid, attempt`, params);
+  if (transitions.rows.length + toolCalls.rows.length + gaps.rows.length + usage.length === 0) return undefined;
 
   const history: RunHistory = {
     namespace: "",
@@ -152,6 +215,7 @@ export async function readHistory(db: Queryable, selector: RunSelector): Promise
     transitions: transitions.rows.map(transitionRecord),
     toolCalls: toolCalls.rows.map(toolCallRecord),
     gaps: gaps.rows.map(gapRecord),
+    usage: usage.map(usageRecord),
   };
   // Oldest first: by each uid's earliest record.
   const firstSeen = new Map<string, string>();
@@ -162,11 +226,15 @@ export async function readHistory(db: Queryable, selector: RunSelector): Promise
   for (const t of history.transitions) note(t.runUid, t.time);
   for (const c of history.toolCalls) note(c.runUid, c.startedAt ?? c.firstSeen);
   for (const g of history.gaps) note(g.runUid, g.after?.time ?? g.before?.time ?? g.detectedAt);
+  for (const u of history.usage ?? []) note(u.runUid, u.firstSeen);
   history.uids = [...firstSeen.entries()].sort((a, b) => (a[1] < b[1] ? -1 : a[1] > b[1] ? 1 : 0)).map(([uid]) => uid);
+  // Runs oldest first, like the uids; each run's attempts in order.
+  const rank = new Map(history.uids.map((uid, i) => [uid, i]));
+  history.usage?.sort((a, b) => (rank.get(a.runUid) ?? 0) - (rank.get(b.runUid) ?? 0) || a.attempt - b.attempt);
   const first = history.transitions[0] ?? history.gaps[0];
-  const call = history.toolCalls[0];
-  history.namespace = first?.namespace ?? call?.namespace ?? "";
-  history.name = first?.name ?? call?.runName ?? "";
+  const named = history.toolCalls[0] ?? history.usage?.[0];
+  history.namespace = first?.namespace ?? named?.namespace ?? "";
+  history.name = first?.name ?? named?.runName ?? "";
   if ("namespace" in selector) {
     history.namespace = selector.namespace;
     history.name = selector.name;

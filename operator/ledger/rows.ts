@@ -4,8 +4,9 @@
 //
 // The run objects come straight from the API server, so nothing here trusts their shape: an
 // entry that is not well-formed is skipped rather than allowed to poison a batch later.
-import { MAX_TRANSITIONS, TOOL_CALL_STATES } from "../api/agentrun.ts";
+import { MAX_TRANSITIONS, TOOL_CALL_STATES, type BudgetSpec } from "../api/agentrun.ts";
 import type { Json } from "../kube/client.ts";
+import { hasUsage, UsageMemory, usageRow, type AttemptUsageRow } from "./usage.ts";
 
 export interface RunRef {
   uid: string;
@@ -53,7 +54,12 @@ export interface ToolCallRow {
   seen_at: string;
 }
 
-export type Row = { kind: "transition"; row: TransitionRow } | { kind: "toolCall"; row: ToolCallRow };
+export type { AttemptUsageRow } from "./usage.ts";
+
+export type Row =
+  | { kind: "transition"; row: TransitionRow }
+  | { kind: "toolCall"; row: ToolCallRow }
+  | { kind: "attemptUsage"; row: AttemptUsageRow };
 
 /** Started is the only state a call leaves; Succeeded and Failed are final. */
 export function stateRank(state: ToolCallState): number {
@@ -165,14 +171,19 @@ export function toolCallRows(run: Json, ref: RunRef, seenAt: string): ToolCallRo
 
 /** About how many rows the run object holds, without building them. */
 export function rowCount(run: Json): number {
-  return statusList(run, "transitions").length + statusList(run, "toolCalls").length;
+  return statusList(run, "transitions").length + statusList(run, "toolCalls").length + (hasUsage(run) ? 1 : 0);
 }
 
-/** Every row the run object holds, whether or not the ledger has it already. */
-export function allRows(run: Json, ref: RunRef, seenAt: string): Row[] {
+/**
+ * Every row the run object holds, whether or not the ledger has it already. `install` is the
+ * install's budget defaults, whose prices price the tokens of a model the run does not price.
+ */
+export function allRows(run: Json, ref: RunRef, seenAt: string, install?: BudgetSpec): Row[] {
+  const usage = usageRow(run, ref, seenAt, install);
   return [
     ...transitionRows(run, ref).map((row) => ({ kind: "transition" as const, row })),
     ...toolCallRows(run, ref, seenAt).map((row) => ({ kind: "toolCall" as const, row })),
+    ...(usage ? [{ kind: "attemptUsage" as const, row: usage }] : []),
   ];
 }
 
@@ -187,7 +198,8 @@ export const MAX_DROPPED_PER_RUN = 1000;
 
 /**
  * What the ledger has queued or written for one run. Only enough to tell what is new: the times
- * of recent transitions (unique per run) and the furthest state of each call still in status.
+ * of recent transitions (unique per run), the furthest state of each call still in status, and
+ * the greatest usage of recent attempts.
  */
 export class RunMemory {
   namespace: string;
@@ -196,6 +208,7 @@ export class RunMemory {
   private transitionTimes: number[] = [];
   /** Call id -> rank of the furthest state queued. */
   private calls = new Map<string, number>();
+  private readonly usage = new UsageMemory();
   /** Rows dropped from the full buffer, not yet checked against the object and the database. */
   droppedTransitions: DroppedTransition[] = [];
   droppedCalls = new Set<string>();
@@ -217,7 +230,7 @@ export class RunMemory {
    * The rows of `run` that were not queued before, remembering them as queued. Stale objects
    * (an informer cache behind a write the controller already observed) yield nothing new.
    */
-  diff(run: Json, ref: RunRef, seenAt: string): Row[] {
+  diff(run: Json, ref: RunRef, seenAt: string, install?: BudgetSpec): Row[] {
     this.namespace = ref.namespace;
     this.name = ref.name;
     const out: Row[] = [];
@@ -247,6 +260,8 @@ export class RunMemory {
       const current = new Set(calls.map((c) => c.id));
       for (const id of this.calls.keys()) if (!current.has(id)) this.calls.delete(id);
     }
+    const usage = this.usage.diff(run, ref, seenAt, install);
+    if (usage) out.push({ kind: "attemptUsage", row: usage });
     return out;
   }
 
@@ -286,7 +301,8 @@ export class RunMemory {
   remember(rows: readonly Row[]): void {
     for (const r of rows) {
       if (r.kind === "transition") this.rememberTransition(Date.parse(r.row.time));
-      else this.rememberCall(r.row.call_id, r.row.state);
+      else if (r.kind === "toolCall") this.rememberCall(r.row.call_id, r.row.state);
+      else this.usage.remember(r.row);
     }
   }
 
@@ -311,8 +327,13 @@ export class RunMemory {
     return true;
   }
 
-  /** Notes a row the buffer had to drop, so a catch-up can tell recovered from lost. */
+  /**
+   * Notes a row the buffer had to drop, so a catch-up can tell recovered from lost. Usage rows are
+   * not noted: the catch-up rewrites the current attempt's usage from the object, and an ended
+   * attempt's is in no object any more, so what was dropped of it is lost (and counted as such).
+   */
   noteDropped(row: Row): void {
+    if (row.kind === "attemptUsage") return;
     if (this.droppedTransitions.length + this.droppedCalls.size >= MAX_DROPPED_PER_RUN) {
       this.droppedUntracked++;
     } else if (row.kind === "transition") {

@@ -5,17 +5,34 @@
 import type { ClientBase, QueryResultRow } from "pg";
 import { gapRecord, type GapRecord } from "./read.ts";
 import { stateRank, type Row, type ToolCallRow, type TransitionRow } from "./rows.ts";
+import { mergeUsage, type AttemptUsageRow } from "./usage.ts";
 
-type ToolCallWrite = Omit<ToolCallRow, "seen_at"> & { first_seen: string; last_seen: string };
+type Seen = { first_seen: string; last_seen: string };
+type ToolCallWrite = Omit<ToolCallRow, "seen_at"> & Seen;
+type UsageWrite = Omit<AttemptUsageRow, "seen_at"> & Seen;
+
+const span = (known: Seen, seen: string): Seen => ({
+  first_seen: known.first_seen < seen ? known.first_seen : seen,
+  last_seen: known.last_seen > seen ? known.last_seen : seen,
+});
 
 /** Collapses repeats inside one batch: ON CONFLICT DO UPDATE may touch a row only once per statement. */
-export function dedupe(rows: readonly Row[]): { transitions: TransitionRow[]; toolCalls: ToolCallWrite[] } {
+export function dedupe(rows: readonly Row[]): { transitions: TransitionRow[]; toolCalls: ToolCallWrite[]; usage: UsageWrite[] } {
   const transitions = new Map<string, TransitionRow>();
   const toolCalls = new Map<string, ToolCallWrite>();
+  const usage = new Map<string, UsageWrite>();
   for (const r of rows) {
     if (r.kind === "transition") {
       const key = `${r.row.run_uid}\u0000${r.row.time}\u0000${r.row.to_phase}`;
       if (!transitions.has(key)) transitions.set(key, r.row);
+      continue;
+    }
+    if (r.kind === "attemptUsage") {
+      const key = `${r.row.run_uid}\u0000${r.row.attempt}`;
+      const { seen_at: seen, ...figures } = r.row;
+      const known = usage.get(key);
+      const write = { ...figures, first_seen: seen, last_seen: seen };
+      usage.set(key, known ? { ...mergeUsage(known, write), ...span(known, seen) } : write);
       continue;
     }
     const key = `${r.row.run_uid}\u0000${r.row.call_id}`;
@@ -25,12 +42,10 @@ export function dedupe(rows: readonly Row[]): { transitions: TransitionRow[]; to
       toolCalls.set(key, { ...call, first_seen: seen, last_seen: seen });
       continue;
     }
-    const firstSeen = known.first_seen < seen ? known.first_seen : seen;
-    const lastSeen = known.last_seen > seen ? known.last_seen : seen;
     const winner = stateRank(call.state) > stateRank(known.state) ? call : known;
-    toolCalls.set(key, { ...winner, first_seen: firstSeen, last_seen: lastSeen });
+    toolCalls.set(key, { ...winner, ...span(known, seen) });
   }
-  return { transitions: [...transitions.values()], toolCalls: [...toolCalls.values()] };
+  return { transitions: [...transitions.values()], toolCalls: [...toolCalls.values()], usage: [...usage.values()] };
 }
 
 const INSERT_TRANSITIONS = `
@@ -70,12 +85,40 @@ const UPSERT_TOOL_CALLS = `
     last_seen = GREATEST(c.last_seen, EXCLUDED.last_seen)
   WHERE c.state = 'Started' AND EXCLUDED.state <> 'Started'`;
 
+// Each figure only grows, whatever order writes come in, and a write that grows none changes
+// nothing (so last_seen is when the attempt last spent more). The model and currency follow the
+// newer report: one not behind the stored one in any count. cost is sent as a string so that it
+// reaches numeric exactly; GREATEST ignores NULL, so a known cost is never forgotten.
+const NOT_BEHIND =
+  "EXCLUDED.input_tokens >= u.input_tokens AND EXCLUDED.output_tokens >= u.output_tokens AND EXCLUDED.tool_calls >= u.tool_calls";
+const UPSERT_USAGE = `
+  INSERT INTO ledger_attempt_usage AS u (
+    run_uid, namespace, run_name, attempt, input_tokens, output_tokens, cost, currency, tool_calls, model, first_seen, last_seen)
+  SELECT r.run_uid, r.namespace, r.run_name, r.attempt, r.input_tokens, r.output_tokens, r.cost, r.currency, r.tool_calls,
+    r.model, r.first_seen, r.last_seen
+  FROM jsonb_to_recordset($1::jsonb) AS r(
+    run_uid text, namespace text, run_name text, attempt integer, input_tokens bigint, output_tokens bigint, cost numeric,
+    currency text, tool_calls bigint, model text, first_seen timestamptz, last_seen timestamptz)
+  ORDER BY r.run_uid, r.attempt
+  ON CONFLICT ON CONSTRAINT ledger_attempt_usage_key DO UPDATE SET
+    input_tokens = GREATEST(u.input_tokens, EXCLUDED.input_tokens),
+    output_tokens = GREATEST(u.output_tokens, EXCLUDED.output_tokens),
+    cost = GREATEST(u.cost, EXCLUDED.cost),
+    tool_calls = GREATEST(u.tool_calls, EXCLUDED.tool_calls),
+    model = CASE WHEN ${NOT_BEHIND} THEN COALESCE(EXCLUDED.model, u.model) ELSE u.model END,
+    currency = CASE WHEN ${NOT_BEHIND} THEN COALESCE(EXCLUDED.currency, u.currency) ELSE u.currency END,
+    first_seen = LEAST(u.first_seen, EXCLUDED.first_seen),
+    last_seen = GREATEST(u.last_seen, EXCLUDED.last_seen)
+  WHERE EXCLUDED.input_tokens > u.input_tokens OR EXCLUDED.output_tokens > u.output_tokens
+    OR EXCLUDED.tool_calls > u.tool_calls OR EXCLUDED.cost > COALESCE(u.cost, -1)`;
+
 /** Writes rows idempotently; returns how many rows the database actually added or advanced. */
 export async function writeRows(db: ClientBase, rows: readonly Row[]): Promise<number> {
-  const { transitions, toolCalls } = dedupe(rows);
+  const { transitions, toolCalls, usage } = dedupe(rows);
   let changed = 0;
   if (transitions.length) changed += (await db.query(INSERT_TRANSITIONS, [JSON.stringify(transitions)])).rowCount ?? 0;
   if (toolCalls.length) changed += (await db.query(UPSERT_TOOL_CALLS, [JSON.stringify(toolCalls)])).rowCount ?? 0;
+  if (usage.length) changed += (await db.query(UPSERT_USAGE, [JSON.stringify(usage)])).rowCount ?? 0;
   return changed;
 }
 

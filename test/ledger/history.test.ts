@@ -5,34 +5,18 @@ import { spawn } from "node:child_process";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { fileURLToPath } from "node:url";
-import { afterAll, afterEach, beforeAll, expect, inject, it } from "vitest";
+import { expect, it } from "vitest";
 import type { Json } from "../../operator/kube/client.ts";
-import { Ledger, type LedgerOptions } from "../../operator/ledger/ledger.ts";
+import type { Ledger } from "../../operator/ledger/ledger.ts";
 import type { RunHistory } from "../../operator/ledger/read.ts";
 import { historyRoute, type HistoryAccess } from "../../operator/ledger/serve.ts";
 import { waitFor } from "../support/wait.ts";
-import { capturingLogger, createDatabase, ledgerProblems, NODE, RunSim, type TestDatabase } from "./support.ts";
+import { fileDatabase, ledgerProblems, NODE, RunSim } from "./support.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 
-let db: TestDatabase;
-const open: Ledger[] = [];
-
-beforeAll(async () => {
-  db = await createDatabase(inject("databaseUrl"), import.meta.filename);
-});
-afterEach(async () => {
-  await Promise.all(open.splice(0).map((l) => l.close()));
-});
-afterAll(async () => {
-  await db?.drop();
-});
-
-function openLedger(options: Partial<LedgerOptions> = {}): Ledger {
-  const ledger = Ledger.open(db.url, { log: capturingLogger().log, flushIntervalMs: 20, ...options });
-  open.push(ledger);
-  return ledger;
-}
+const file = fileDatabase(import.meta.filename);
+const openLedger = file.openLedger.bind(file);
 
 /** Queued -> Starting -> Planning -> ExecutingTool -> Planning -> Completed, one object per change. */
 function healthyRun(name: string): { sim: RunSim; versions: Json[] } {
@@ -65,10 +49,10 @@ function healthyRun(name: string): { sim: RunSim; versions: Json[] } {
 async function settled(ledger: Ledger, sims: RunSim[]): Promise<void> {
   await waitFor(
     "the ledger to hold every row",
-    async () => ledger.bufferedRows === 0 && (await ledgerProblems(db, sims)).length === 0,
+    async () => ledger.bufferedRows === 0 && (await ledgerProblems(file.db, sims)).length === 0,
     { timeoutMs: 20_000, intervalMs: 50 },
   ).catch(async (err: Error) => {
-    throw new Error(`${err.message}\n${(await ledgerProblems(db, sims)).join("\n")}`);
+    throw new Error(`${err.message}\n${(await ledgerProblems(file.db, sims)).join("\n")}`);
   });
 }
 
@@ -141,7 +125,7 @@ it("never moves a tool call's state backwards", async () => {
     ["search", "Succeeded", undefined],
     ["deploy", "Failed", { httpStatus: 429, message: "slow down" }],
   ]);
-  expect(await ledgerProblems(db, [sim])).toEqual([]);
+  expect(await ledgerProblems(file.db, [sim])).toEqual([]);
 });
 
 it("keeps runs that reuse a name apart", async () => {
@@ -271,7 +255,7 @@ it("prints a run's history from the command line", async () => {
   const { sim, versions } = healthyRun("printed");
   for (const version of versions) ledger.observe(version);
   await settled(ledger, [sim]);
-  const env = { DATABASE_URL: db.url };
+  const env = { DATABASE_URL: file.db.url };
 
   const text = await cli(["history", sim.namespace, sim.name], env);
   expect(text.stderr).toBe("");

@@ -48,7 +48,7 @@ it("applies every migration once, in order, and nothing the second time", async 
   expect(second).toEqual({ applied: [], current: ALL.at(-1), unknown: [] });
   const recorded = await db.query("SELECT version, name FROM schema_migrations ORDER BY version");
   expect(recorded).toEqual(MIGRATIONS.map(({ version, name }) => ({ version, name })));
-  expect(await tables(db)).toEqual(["ledger_gaps", "ledger_tool_calls", "ledger_transitions", "schema_migrations"]);
+  expect(await tables(db)).toEqual(["ledger_attempt_usage", "ledger_gaps", "ledger_tool_calls", "ledger_transitions", "schema_migrations"]);
 });
 
 it("applies only the migrations a database does not have yet", async () => {

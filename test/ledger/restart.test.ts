@@ -3,31 +3,19 @@
 // keeps, it records the gap and says so, once, however often it catches up again.
 import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { afterAll, afterEach, beforeAll, expect, inject, it } from "vitest";
-import { Ledger, type LedgerOptions } from "../../operator/ledger/ledger.ts";
+import { expect, it } from "vitest";
+import type { Ledger} from "../../operator/ledger/ledger.ts";
+import { type LedgerOptions } from "../../operator/ledger/ledger.ts";
 import { waitFor } from "../support/wait.ts";
-import { capturingLogger, createDatabase, ledgerProblems, NODE, RunSim, storedTransitions, type TestDatabase } from "./support.ts";
+import { capturingLogger, fileDatabase, ledgerProblems, NODE, RunSim, storedTransitions } from "./support.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 
-let db: TestDatabase;
-const open: Ledger[] = [];
-
-beforeAll(async () => {
-  db = await createDatabase(inject("databaseUrl"), import.meta.filename);
-});
-afterEach(async () => {
-  await Promise.all(open.splice(0).map((l) => l.close()));
-});
-afterAll(async () => {
-  await db?.drop();
-});
+const file = fileDatabase(import.meta.filename);
 
 function openLedger(options: Partial<LedgerOptions> = {}) {
   const { log, lines } = capturingLogger();
-  const ledger = Ledger.open(db.url, { log, flushIntervalMs: 20, ...options });
-  open.push(ledger);
-  return { ledger, lines };
+  return { ledger: file.openLedger(options, log), lines };
 }
 
 async function caughtUp(ledger: Ledger, count = 1): Promise<void> {
@@ -45,7 +33,7 @@ it("catches up after a restart and records the transitions no object holds any m
   const sims = [lost, kept];
   const first = openLedger({ listRuns: () => sims.map((s) => s.object()) });
   for (const sim of sims) first.ledger.observe(sim.object());
-  await waitFor("the first ledger to write", async () => (await ledgerProblems(db, sims)).length === 0);
+  await waitFor("the first ledger to write", async () => (await ledgerProblems(file.db, sims)).length === 0);
   await first.ledger.close();
 
   // While no operator runs: 25 transitions on one run (an object keeps 20), 15 on the other,
@@ -63,11 +51,11 @@ it("catches up after a restart and records the transitions no object holds any m
   const oldest = lost.history.at(-20)!;
   const lastStored = lost.history[2]!;
   expect(oldest.from).not.toBe(lastStored.phase); // the stored history does not chain
-  const stored = (await storedTransitions(db, lost.uid)).map((t) => t.time.toISOString());
+  const stored = (await storedTransitions(file.db, lost.uid)).map((t) => t.time.toISOString());
   expect(stored).toEqual([...lost.history.slice(0, 3), ...lost.history.slice(-20)].map((t) => t.time));
-  expect(await ledgerProblems(db, [kept, born])).toEqual([]);
+  expect(await ledgerProblems(file.db, [kept, born])).toEqual([]);
 
-  const gaps = await db.query("SELECT * FROM ledger_gaps ORDER BY id");
+  const gaps = await file.db.query("SELECT * FROM ledger_gaps ORDER BY id");
   expect(gaps).toHaveLength(1);
   expect(gaps[0]).toMatchObject({
     run_uid: lost.uid,
@@ -106,7 +94,7 @@ it("catches up after a restart and records the transitions no object holds any m
     },
   ]);
   const cli = spawnSync(NODE, [`${root}operator/ledger/cli.ts`, "history", "restart", "lost"], {
-    env: { ...process.env, DATABASE_URL: db.url },
+    env: { ...process.env, DATABASE_URL: file.db.url },
     encoding: "utf8",
   });
   expect(cli.status).toBe(0);
@@ -121,7 +109,7 @@ it("catches up after a restart and records the transitions no object holds any m
   await caughtUp(second.ledger, 2);
   const third = openLedger({ listRuns: () => sims.map((s) => s.object()) });
   await caughtUp(third.ledger);
-  expect(await db.query("SELECT count(*)::int AS n FROM ledger_gaps")).toEqual([{ n: 1 }]);
+  expect(await file.db.query("SELECT count(*)::int AS n FROM ledger_gaps")).toEqual([{ n: 1 }]);
   expect(third.ledger.gapsRecorded).toBe(0);
   expect(third.lines.filter((l) => String(l.msg).includes("could not recover"))).toEqual([]);
 });
@@ -131,7 +119,7 @@ it("records that a run's beginning is missing when it first sees the run too lat
   flips(late, 20);
   const { ledger, lines } = openLedger({ listRuns: () => [late.object()] });
   await caughtUp(ledger);
-  const gaps = await db.query("SELECT * FROM ledger_gaps WHERE run_uid = $1", [late.uid]);
+  const gaps = await file.db.query("SELECT * FROM ledger_gaps WHERE run_uid = $1", [late.uid]);
   const oldest = late.history.at(-20)!;
   expect(gaps).toHaveLength(1);
   expect(gaps[0]).toMatchObject({ cause: "chain", after_time: null, after_phase: null, before_from: oldest.from, before_phase: oldest.phase });
@@ -156,7 +144,7 @@ it("waits for the run list before catching up, and forgets runs that are gone", 
 
   synced = true;
   await caughtUp(ledger);
-  expect(await ledgerProblems(db, sims)).toEqual([]);
+  expect(await ledgerProblems(file.db, sims)).toEqual([]);
   expect(ledger.trackedRuns).toBe(2);
 
   sims.pop(); // deleted

@@ -14,7 +14,9 @@ function diff(memory: RunMemory, sim: RunSim | ReturnType<RunSim["object"]>): Ro
 }
 
 const describeRows = (rows: Row[]) =>
-  rows.map((r) => (r.kind === "transition" ? `T ${r.row.to_phase}` : `C ${r.row.call_id} ${r.row.state}`));
+  rows.map((r) =>
+    r.kind === "transition" ? `T ${r.row.to_phase}` : r.kind === "toolCall" ? `C ${r.row.call_id} ${r.row.state}` : `U ${r.row.attempt} ${r.row.input_tokens}`,
+  );
 
 describe("RunMemory", () => {
   it("queues each transition and each call state once", () => {

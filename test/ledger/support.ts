@@ -7,8 +7,10 @@ import { basename } from "node:path";
 import { fileURLToPath } from "node:url";
 import { pino, type Logger } from "pino";
 import { Client } from "pg";
-import { MAX_TRANSITIONS, type Phase, type ToolCall, type Transition } from "../../operator/api/agentrun.ts";
+import { MAX_TRANSITIONS, type BudgetSpec, type Heartbeat, type Phase, type ToolCall, type Transition, type Usage } from "../../operator/api/agentrun.ts";
 import type { Json } from "../../operator/kube/client.ts";
+import { Ledger, type LedgerOptions } from "../../operator/ledger/ledger.ts";
+import { afterAll, afterEach, beforeAll, inject } from "vitest";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 
@@ -95,6 +97,9 @@ export class RunSim {
   readonly history: Transition[] = [];
   /** Every call ever made, in its latest state. */
   readonly calls = new Map<string, ToolCall>();
+  /** spec.budget, if the run has one. */
+  budget: BudgetSpec | undefined;
+  private heartbeat: Heartbeat | undefined;
   private transitions: Transition[] = [];
   private toolCalls: ToolCall[] = [];
   private clock: number;
@@ -153,14 +158,26 @@ export class RunSim {
     return this;
   }
 
+  /** The sandbox's heartbeat with its attempt's cumulative usage, as the sandbox writes it. */
+  report(usage: Usage, attempt = this.attempt): this {
+    this.heartbeat = { time: this.now(), attempt, state: "Planning", usage };
+    return this;
+  }
+
   /** The object as the controller would hand it to observe(): plain JSON, a fresh copy. */
   object(): Json {
     return structuredClone({
       apiVersion: "watchdog.dev/v1alpha1",
       kind: "AgentRun",
       metadata: { uid: this.uid, namespace: this.namespace, name: this.name, resourceVersion: String(this.clock) },
-      spec: { template: { spec: { containers: [{ name: "agent", image: "agent:latest" }] } } },
-      status: { phase: this.phase, attempt: this.attempt, transitions: this.transitions, toolCalls: this.toolCalls },
+      spec: { template: { spec: { containers: [{ name: "agent", image: "agent:latest" }] } }, ...(this.budget ? { budget: this.budget } : {}) },
+      status: {
+        phase: this.phase,
+        attempt: this.attempt,
+        transitions: this.transitions,
+        toolCalls: this.toolCalls,
+        ...(this.heartbeat ? { heartbeat: this.heartbeat } : {}),
+      },
     });
   }
 
@@ -216,4 +233,33 @@ function firstDifference(got: string[], want: string[]): string {
     if (got[i] !== want[i]) return `#${i}: stored ${got[i] ?? "nothing"}, made ${want[i] ?? "nothing"}`;
   }
   return "none";
+}
+
+/**
+ * The test file's own database, made before its tests and dropped after them, and the ledgers its
+ * tests open on it, each closed after its test. Call once, at the top of a test file.
+ */
+export function fileDatabase(file: string): { readonly db: TestDatabase; openLedger(options?: Partial<LedgerOptions>, log?: Logger): Ledger } {
+  let db: TestDatabase | undefined;
+  const open: Ledger[] = [];
+  beforeAll(async () => {
+    db = await createDatabase(inject("databaseUrl"), file);
+  });
+  afterEach(async () => {
+    await Promise.all(open.splice(0).map((l) => l.close()));
+  });
+  afterAll(async () => {
+    await db?.drop();
+  });
+  return {
+    get db(): TestDatabase {
+      if (!db) throw new Error("the test database is made in beforeAll: use it inside a test or a hook");
+      return db;
+    },
+    openLedger(options = {}, log = capturingLogger().log): Ledger {
+      const ledger = Ledger.open(this.db.url, { log, flushIntervalMs: 20, ...options });
+      open.push(ledger);
+      return ledger;
+    },
+  };
 }

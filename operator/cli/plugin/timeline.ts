@@ -1,11 +1,12 @@
 // One timeline of a run from every place its past is kept: the run's Events, the latest phase
-// transitions in its status, and the ledger's full record (transitions, tool calls, and gaps).
+// transitions in its status, and the ledger's full record (transitions, tool calls, what each
+// attempt spent, and gaps).
 // Each source alone is partial: status keeps only the latest transitions, Events expire after an
 // hour, and the ledger may lag a moment behind the cluster.
 import type { ToolCall, Transition } from "../../api/agentrun.ts";
 import type { Json } from "../../kube/client.ts";
-import { describeGap, timeline as ledgerTimeline } from "../../ledger/format.ts";
-import type { GapRecord, RunHistory, ToolCallRecord } from "../../ledger/read.ts";
+import { describeGap, describeUsage, timeline as ledgerTimeline } from "../../ledger/format.ts";
+import type { AttemptUsageRecord, GapRecord, RunHistory, ToolCallRecord } from "../../ledger/read.ts";
 
 export interface PhaseItem {
   kind: "phase";
@@ -32,9 +33,15 @@ export interface NudgeItem {
 }
 /** What the timeline shows of a tool call, from the ledger or from status. */
 export type TimelineCall = Pick<ToolCallRecord, "id" | "name" | "state" | "attempt" | "startedAt" | "finishedAt" | "error">;
-export type TimelineItem = PhaseItem | EventItem | NudgeItem | { kind: "tool"; time: string; call: TimelineCall } | { kind: "gap"; time: string; gap: GapRecord };
+export type TimelineItem =
+  | PhaseItem
+  | EventItem
+  | NudgeItem
+  | { kind: "tool"; time: string; call: TimelineCall }
+  | { kind: "usage"; time: string; usage: AttemptUsageRecord }
+  | { kind: "gap"; time: string; gap: GapRecord };
 
-const ORDER: Record<TimelineItem["kind"], number> = { gap: 0, phase: 1, event: 2, tool: 3, nudge: 4 };
+const ORDER: Record<TimelineItem["kind"], number> = { gap: 0, phase: 1, event: 2, tool: 3, usage: 4, nudge: 5 };
 
 function iso(value: unknown): string | undefined {
   if (typeof value !== "string" || !value) return undefined;
@@ -85,6 +92,8 @@ export function mergeTimeline(sources: TimelineSources): TimelineItem[] {
         items.push(phaseItem({ ...t, time: entry.time }));
       } else if (entry.kind === "toolCall") {
         items.push({ kind: "tool", time: entry.time, call: entry.toolCall });
+      } else if (entry.kind === "usage") {
+        items.push({ kind: "usage", time: entry.time, usage: entry.usage });
       } else {
         items.push({ kind: "gap", time: entry.time, gap: entry.gap });
       }
@@ -147,6 +156,8 @@ export function timelineLine(item: TimelineItem): string {
       const attempt = c.attempt === undefined ? "" : `  (attempt ${c.attempt})`;
       return `${item.time}  tool   ${c.name} [${c.id}] ${c.state}${took(c.startedAt, c.finishedAt)}${error}${attempt}`;
     }
+    case "usage":
+      return `${item.time}  usage  ${describeUsage(item.usage)}`;
     case "gap":
       return `${item.time}  GAP    ${describeGap(item.gap)}`;
     case "nudge":
@@ -163,5 +174,6 @@ export function historyOfUid(history: RunHistory | undefined, uid: string | unde
     transitions: history.transitions.filter((t) => t.runUid === uid),
     toolCalls: history.toolCalls.filter((c) => c.runUid === uid),
     gaps: history.gaps.filter((g) => g.runUid === uid),
+    ...(history.usage ? { usage: history.usage.filter((u) => u.runUid === uid) } : {}),
   };
 }

@@ -38,6 +38,22 @@ function ledgerHistory(): RunHistory {
       },
     ],
     gaps: [{ ...base, kind: "transitions", cause: "dropped", after: { time: t(3), phase: "Planning" }, before: { time: t(8), from: "Queued", phase: "Starting" }, missing: 2, detectedAt: t(9) }],
+    usage: [
+      {
+        runUid: "uid-1",
+        namespace: "ns",
+        runName: "r",
+        attempt: 1,
+        inputTokens: 12_000,
+        outputTokens: 800,
+        cost: "0.31",
+        currency: "USD",
+        toolCalls: 1,
+        model: "gpt-5",
+        firstSeen: t(3),
+        lastSeen: t(7),
+      },
+    ],
   };
 }
 
@@ -60,6 +76,7 @@ describe("the merged timeline", () => {
       `${t(4)}  tool   search [c1] Failed in 1.5s: HTTP 429 slow down  (attempt 1)`,
       `${t(7)}  phase  Planning -> Queued  (attempt 2)  RateLimited: the last call was rate limited`,
       `${t(7)}  event  Warning RateLimited: attempt 1: rate limited`,
+      `${t(7)}  usage  attempt 1 spent 12000 input + 800 output tokens, 0.31 USD, 1 tool call (model gpt-5)`,
       `${t(8)}  GAP    could not recover 2 transitions after Planning at ${t(3)}, before Queued -> Starting at ${t(8)} (the buffer dropped them and the run no longer holds them)`,
     ]);
   });
@@ -84,7 +101,8 @@ describe("the merged timeline", () => {
     history.uids.push("uid-2");
     history.transitions.push({ runUid: "uid-2", namespace: "ns", name: "r", phase: "Queued", attempt: 1, time: t(100) });
     const mine = historyOfUid(history, "uid-2");
-    expect(mine).toMatchObject({ uids: ["uid-2"], toolCalls: [], gaps: [] });
+    expect(mine).toMatchObject({ uids: ["uid-2"], toolCalls: [], gaps: [], usage: [] });
+    expect(historyOfUid(history, "uid-1")?.usage?.map((u) => u.attempt)).toEqual([1]);
     expect(mine?.transitions.map((x) => x.time)).toEqual([t(100)]);
     expect(historyOfUid(history, "uid-3")).toBeUndefined();
     expect(historyOfUid(undefined, "uid-1")).toBeUndefined();

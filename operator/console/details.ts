@@ -15,10 +15,12 @@ export interface TimelineEntry {
 }
 
 /** One timeline item for the page: the describe line without its time and kind, and whether it is bad news. */
-function entry(item: TimelineItem): TimelineEntry {
+export function timelineEntry(item: TimelineItem): TimelineEntry {
   const line = timelineLine(item);
   // timelineLine starts with the time and a padded kind word.
   const title = line.slice(item.time.length).trim().replace(/^\S+\s+/, "");
+  // The operator's bad news comes as Warning Events (a BudgetExhausted stop, a BudgetWarning, a
+  // kill...), and as the phases a run ends in or stops for a person in.
   const warning =
     (item.kind === "event" && item.type === "Warning") ||
     item.kind === "gap" ||
@@ -32,7 +34,7 @@ function entry(item: TimelineItem): TimelineEntry {
 export async function runDetails(ctx: Context, namespace: string, name: string): Promise<{ timeline: TimelineEntry[]; notes: string[] }> {
   const run = await ctx.cluster.getRun(name, namespace);
   const { timeline, sources, notes } = await runTimeline(ctx, run, true);
-  return { timeline: timeline.map(entry), notes: [`from ${sources}`, ...notes] };
+  return { timeline: timeline.map(timelineEntry), notes: [`from ${sources}`, ...notes] };
 }
 
 const LOG_LINES = 200;

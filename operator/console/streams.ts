@@ -56,15 +56,23 @@ export function streamRuns(client: KubeClient, namespace: string | undefined, st
   );
 }
 
-/** One run, whole: each version as it changes; `remove` when it is deleted or not there. */
+/**
+ * One run, whole: each version as it changes, each followed by its `summary` (the figures the
+ * server works out of it, such as its budget's, which the page cannot); `remove` when it is
+ * deleted or not there.
+ */
 export function streamRun(client: KubeClient, namespace: string, name: string, stream: EventStream): Promise<void> {
+  const send = (item: Json) => {
+    stream.send("run", runForPage(item));
+    stream.send("summary", runSummary(item));
+  };
   return listWatch(
     client,
     paths.runs(namespace),
     { fieldSelector: `metadata.name=${name}` },
     {
-      snapshot: (items) => (items[0] ? stream.send("run", runForPage(items[0])) : stream.send("remove", { namespace, name })),
-      upsert: (item) => stream.send("run", runForPage(item)),
+      snapshot: (items) => (items[0] ? send(items[0]) : stream.send("remove", { namespace, name })),
+      upsert: send,
       remove: () => stream.send("remove", { namespace, name }),
       problem: (err) => stream.send("problem", { message: explainFailure(err, client.server) }),
     },

@@ -1,11 +1,13 @@
-// What the console's run list and queue show of a run: a few fields, read defensively (a run's
-// status is written by sandboxes too, and the console must show whatever is there without
-// failing on it).
+// What the console's run list and queue show of a run, and the run page its budget: a few fields,
+// read defensively (a run's status is written by sandboxes too, and the console must show
+// whatever is there without failing on it).
+import { BUILTIN_WARN_AT } from "../api/defaults.ts";
+import { budgetReport, lineCell, nearestLimit, type BudgetLine, type BudgetReport } from "../cli/budget.ts";
 import type { Json } from "../kube/client.ts";
 import { APPROVAL_REQUEST_KEY } from "../sandbox/protocol.ts";
-import type { RunSummary } from "./contract.ts";
+import type { BudgetLineSummary, BudgetSummary, RunSummary } from "./contract.ts";
 
-export type { RunSummary };
+export type { BudgetSummary, RunSummary };
 
 const obj = (v: unknown): Json => (v && typeof v === "object" && !Array.isArray(v) ? (v as Json) : {});
 const str = (v: unknown): string | undefined => (typeof v === "string" && v !== "" ? v : undefined);
@@ -15,6 +17,31 @@ const num = (v: unknown): number | undefined => (typeof v === "number" && Number
 export function approvalQuestion(status: Json): string | undefined {
   const request = obj(obj(obj(status.checkpoint).data)[APPROVAL_REQUEST_KEY]);
   return str(request.question);
+}
+
+/**
+ * The run's budget and spending, with the figures the watchdog decides on; undefined when it has
+ * no limit and has spent nothing. Never throws: one run's odd status must not cost the list the
+ * others (the stream sends every run through here).
+ */
+export function budgetSummary(run: Json, now: number): BudgetSummary | undefined {
+  let report: BudgetReport | undefined;
+  try {
+    report = budgetReport(run, now);
+  } catch {
+    return undefined;
+  }
+  if (!report) return undefined;
+  // The threshold the operator warns at: a limit past it is shown as warned, before any Event says so.
+  const stated = num(obj(obj(run.status).budget).warnAt);
+  const warnAt = stated !== undefined && stated > 0 && stated <= 1 ? stated : BUILTIN_WARN_AT;
+  const shown = (line: BudgetLine): BudgetLineSummary => ({ ...line, warned: line.fraction >= warnAt, cell: lineCell(line) });
+  const nearest = nearestLimit(report);
+  const summary: BudgetSummary = { limits: report.limits.map(shown), warnAt, total: report.total, ended: report.ended, current: report.current };
+  if (nearest) summary.nearest = shown(nearest);
+  if (report.currency) summary.currency = report.currency;
+  if (report.elapsed) summary.elapsed = report.elapsed;
+  return summary;
 }
 
 export function runSummary(run: Json): RunSummary {
@@ -55,6 +82,8 @@ export function runSummary(run: Json): RunSummary {
     if (question) summary.approval.question = question;
     if (requestedAt) summary.approval.requestedAt = requestedAt;
   }
+  const budget = budgetSummary(run, Date.now());
+  if (budget) summary.budget = budget;
   return summary;
 }
 

@@ -207,6 +207,46 @@ describe("a run's page", () => {
   });
 });
 
+describe("a run's budget", () => {
+  it("shows the limit nearest to being reached as a bar in the list, and the budget and its breach on the run's page", async () => {
+    await createRun(client, ns, runManifest("spender", quick, { budget: { tokens: 100_000 } }));
+    const pod = await waitFor("spender's pod", async () => (await listPods(client, ns, "spender")).find(ofAttempt(1)));
+    await setPodPhase(client, ns, pod.metadata.name, "Running");
+    // What the sandbox's heartbeat reports of the attempt's spending.
+    const report = (inputTokens: number, outputTokens: number) =>
+      client.mergePatch(paths.runStatus(ns, "spender"), {
+        status: { heartbeat: { time: new Date().toISOString(), attempt: 1, state: "Planning", usage: { inputTokens, outputTokens, toolCalls: 0 } } },
+      });
+    await report(60_000, 22_000);
+    const list = await open(admin);
+    const cell = row(list, "spender").locator('[data-col="budget"]');
+    const meter = cell.getByRole("meter");
+    await expect.poll(() => meter.getAttribute("aria-valuenow"), { timeout: 15_000 }).toBe("82");
+    expect(await meter.getAttribute("data-level")).toBe("warn");
+    expect(await meter.getAttribute("title")).toBe("82000 of 100000 tokens spent");
+    expect(await cell.textContent()).toContain("82000/100000 tokens");
+    expect(await row(list, "alpha").locator('[data-col="budget"]').textContent()).toBe("-");
+
+    await report(75_000, 25_000);
+    await waitFor("spender stopped on its budget", async () => (await getRun(client, ns, "spender")).status?.reason === "BudgetExhausted");
+    await expect.poll(() => meter.getAttribute("data-level"), { timeout: 15_000 }).toBe("bad");
+    expect(await meter.getAttribute("aria-valuenow")).toBe("100");
+
+    const page = await open(admin, `#/runs/${ns}/spender`);
+    const budget = page.locator('section[aria-labelledby="sec-budget"]');
+    await expect.poll(() => budget.locator('li[data-limit="tokens"]').textContent(), { timeout: 15_000 }).toContain("100000 of 100000 tokens spent");
+    const text = (await budget.textContent()) ?? "";
+    expect(text).toContain("Exhausted");
+    // Attempt 1 ended with the stop: its spending is folded into status.spent.
+    expect(text).toContain("75000 input + 25000 output tokens, 0 tool calls, through attempt 1");
+    const flagged = page.locator("ol.timeline li.warning");
+    await flagged.filter({ hasText: "BudgetExhausted" }).first().waitFor({ timeout: 15_000 });
+    await flagged.filter({ hasText: "BudgetWarning" }).first().waitFor({ timeout: 15_000 });
+    expect(await accessibilityViolations(page)).toEqual([]);
+    await client.delete(paths.run(ns, "spender"));
+  });
+});
+
 describe("the queue", () => {
   it("resumes a run that needs a person, and says what it did", async () => {
     const page = await open(admin, "#/queue");

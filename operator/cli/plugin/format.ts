@@ -5,6 +5,7 @@ import type { AgentRunStatus, EffectiveWatchdog } from "../../api/agentrun.ts";
 import { HEARTBEAT_FIELD, serverWriteTime } from "../../watchdog/observe.ts";
 import { ANNOTATIONS } from "../../api/annotations.ts";
 import type { Json } from "../../kube/client.ts";
+import { budgetReport, lineCell, nearestLimit, type BudgetReport, type ShownFigures } from "../budget.ts";
 import { escapeTerminal } from "../terminal.ts";
 import { timelineLine, type TimelineItem } from "./timeline.ts";
 
@@ -88,6 +89,18 @@ export function nudgesColumn(status: AgentRunStatus): string {
   return `${status.stall?.nudges ?? 0}/${stall?.maxNudges ?? "?"}`;
 }
 
+/**
+ * The limit nearest to being reached, as spent/limit ("82000/100000 tokens"); without limits, the
+ * tokens spent; "-" when there is neither.
+ */
+export function budgetColumn(run: Json, now: number): string {
+  const report = budgetReport(run, now);
+  if (!report) return "-";
+  const nearest = nearestLimit(report);
+  if (nearest) return lineCell(nearest);
+  return `${report.total.inputTokens + report.total.outputTokens} tokens`;
+}
+
 function truncate(text: string, max: number): string {
   const line = text.replace(/\s+/g, " ").trim();
   return line.length <= max ? line : `${line.slice(0, max - 3)}...`;
@@ -114,7 +127,7 @@ export interface ListOptions {
 }
 
 export function formatList(runs: readonly Json[], options: ListOptions, now: number): string {
-  const header = ["NAME", "PHASE", "ATTEMPT", "RESTARTS", "HEARTBEAT", "NUDGES", "APPROVAL", "REASON", "AGE"];
+  const header = ["NAME", "PHASE", "ATTEMPT", "RESTARTS", "HEARTBEAT", "NUDGES", "APPROVAL", "BUDGET", "REASON", "AGE"];
   if (options.wide) header.push("POD", "STALL", "RETRY", "MESSAGE");
   if (options.allNamespaces) header.unshift("NAMESPACE");
   const rows = runs.map((run) => {
@@ -130,6 +143,7 @@ export function formatList(runs: readonly Json[], options: ListOptions, now: num
       nudgesColumn(s),
       // The pending request's id: what an answer must name (watchdog.dev/approval-id).
       s.approval?.state === "Pending" && s.approval.id ? s.approval.id : "-",
+      budgetColumn(run, now),
       s.reason ?? "-",
       age(r.created, now),
     ];
@@ -203,6 +217,33 @@ function conditions(status: AgentRunStatus, now: number): string[] {
     list.map((c) => [c.type, c.status, c.reason, age(c.lastTransitionTime, now), c.message ? truncate(c.message, 120) : "-"]),
   );
   return rendered.trimEnd().split("\n").map((l) => `  ${l}`);
+}
+
+const figuresText = (f: ShownFigures, currency: string | undefined) =>
+  `${f.inputTokens} input + ${f.outputTokens} output tokens, ${f.cost}${currency ? ` ${currency}` : ""}, ${f.toolCalls} tool call${f.toolCalls === 1 ? "" : "s"}`;
+
+/** Each limit with what is spent of it, then where the spending comes from. */
+function budgetSection(report: BudgetReport | undefined, status: AgentRunStatus): string[] {
+  if (!report) return [];
+  const limits = report.limits.map((l): [string, string] => [
+    l.limit,
+    `${l.text} (${Math.floor(l.fraction * 100)}%)${l.exhausted ? ", exhausted" : ""}`,
+  ]);
+  const warnAt = status.budget?.warnAt;
+  return [
+    "Budget:",
+    ...fields(
+      [
+        ...limits,
+        ["Warn at", warnAt !== undefined && limits.length ? `${Number((warnAt * 100).toFixed(2))}% of each limit` : undefined],
+        ["Spent", figuresText(report.total, report.currency)],
+        ["Ended attempts", report.ended.throughAttempt ? `${figuresText(report.ended, report.currency)} (${report.ended.throughAttempt === 1 ? "attempt 1" : `attempts 1-${report.ended.throughAttempt}`})` : undefined],
+        ["This attempt", figuresText(report.current, report.currency)],
+        ["Wall clock", report.elapsed ? `${report.elapsed} since the first start` : undefined],
+      ],
+      "  ",
+    ),
+  ];
 }
 
 function lastFailure(status: AgentRunStatus, now: number): string[] {
@@ -298,6 +339,7 @@ export function formatDescribe({ run, timeline, timelineSource, now }: DescribeI
     ]),
     "Effective watchdog settings:",
     ...effectiveWatchdog(s.watchdog),
+    ...budgetSection(budgetReport(run, now), s),
     "Conditions:",
     ...conditions(s, now),
     ...lastFailure(s, now),

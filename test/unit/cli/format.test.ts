@@ -1,6 +1,6 @@
 // What kubectl agentrun prints: ages, the run table and the describe page.
 import { describe, expect, it } from "vitest";
-import { formatDescribe, formatList, humanDuration, nudgesColumn, relative, restartsColumn, table, watchdogOverrides } from "../../../operator/cli/plugin/format.ts";
+import { budgetColumn, formatDescribe, formatList, humanDuration, nudgesColumn, relative, restartsColumn, table, watchdogOverrides } from "../../../operator/cli/plugin/format.ts";
 import { mergeTimeline } from "../../../operator/cli/plugin/timeline.ts";
 import { resolveWatchdog } from "../../../operator/api/defaults.ts";
 import { iso, run, T0 } from "../fixtures.ts";
@@ -80,16 +80,16 @@ describe("the run table", () => {
     const now = T0 + 60 * s;
     expect(formatList([runningRun(), queued, fresh], { allNamespaces: false, wide: false }, now)).toBe(
       [
-        "NAME     PHASE           ATTEMPT   RESTARTS   HEARTBEAT   NUDGES   APPROVAL   REASON             AGE",
-        "r        ExecutingTool   3         2/3        10s         1/2      -          -                  60s",
-        "queued   Queued          2         1/3        -           0/2      -          HeartbeatTimeout   60s",
-        "fresh    -               -         -          -           -        -          -                  60s",
+        "NAME     PHASE           ATTEMPT   RESTARTS   HEARTBEAT   NUDGES   APPROVAL   BUDGET   REASON             AGE",
+        "r        ExecutingTool   3         2/3        10s         1/2      -          -        -                  60s",
+        "queued   Queued          2         1/3        -           0/2      -          -        HeartbeatTimeout   60s",
+        "fresh    -               -         -          -           -        -          -        -                  60s",
         "",
       ].join("\n"),
     );
     const wide = formatList([runningRun(), queued], { allNamespaces: true, wide: true }, now).split("\n");
-    expect(wide[0]).toMatch(/^NAMESPACE\s+NAME\s+PHASE\s+ATTEMPT\s+RESTARTS\s+HEARTBEAT\s+NUDGES\s+APPROVAL\s+REASON\s+AGE\s+POD\s+STALL\s+RETRY\s+MESSAGE$/);
-    expect(wide[1]).toMatch(/^ns\s+r\s+ExecutingTool\s+3\s+2\/3\s+10s\s+1\/2\s+-\s+-\s+60s\s+r-3\s+Armed\s+-\s+-$/);
+    expect(wide[0]).toMatch(/^NAMESPACE\s+NAME\s+PHASE\s+ATTEMPT\s+RESTARTS\s+HEARTBEAT\s+NUDGES\s+APPROVAL\s+BUDGET\s+REASON\s+AGE\s+POD\s+STALL\s+RETRY\s+MESSAGE$/);
+    expect(wide[1]).toMatch(/^ns\s+r\s+ExecutingTool\s+3\s+2\/3\s+10s\s+1\/2\s+-\s+-\s+-\s+60s\s+r-3\s+Armed\s+-\s+-$/);
     expect(wide[2]).toMatch(/^ns\s+queued\s+Queued .* HeartbeatTimeout\s+60s\s+-\s+Disarmed\s+in 10s\s+no heartbeat for 4s; attempt 2 starts later$/);
   });
 
@@ -114,6 +114,60 @@ describe("the run table", () => {
 
   it("pads columns to the widest cell and leaves no trailing space", () => {
     expect(table(["A", "BB"], [["xxx", "y"], ["z", ""]])).toBe("A     BB\nxxx   y\nz\n");
+  });
+});
+
+/** A run with a token and a cost budget: attempt 1 ended and was folded; attempt 2 is reporting. */
+function spendingRun() {
+  const r = runningRun();
+  r.spec.budget = { tokens: 100_000, prices: [{ model: "m", inputPerMillion: "2", outputPerMillion: "10" }] };
+  r.status.attempt = 2;
+  r.status.startTime = iso(T0 - 192 * s);
+  r.status.budget = { tokens: 100_000, cost: { amount: "12.50", currency: "USD" }, toolCalls: 40, warnAt: 0.8 };
+  r.status.spent = { inputTokens: 50_000, outputTokens: 10_000, cost: "0.2", toolCalls: 4, throughAttempt: 1 };
+  r.status.heartbeat = { time: iso(T0 + 50 * s), attempt: 2, state: "Planning", usage: { inputTokens: 20_000, outputTokens: 2_000, model: "m", toolCalls: 1 } };
+  return r;
+}
+
+describe("what a run has spent", () => {
+  it("the table shows the limit nearest to being reached as spent/limit: ended attempts plus the current one", () => {
+    const now = T0 + 60 * s;
+    expect(budgetColumn(spendingRun(), now)).toBe("82000/100000 tokens");
+    const line = formatList([spendingRun()], { allNamespaces: false, wide: false }, now).split("\n")[1];
+    expect(line).toMatch(/\s1\/2\s+-\s+82000\/100000 tokens\s+-\s+60s$/);
+  });
+
+  it("a stale attempt's report counts nothing, and without limits the column shows the tokens spent", () => {
+    const r = spendingRun();
+    r.status.heartbeat.attempt = 1; // attempt 1's late write: already folded into status.spent
+    expect(budgetColumn(r, T0)).toBe("60000/100000 tokens");
+    delete r.status.budget;
+    expect(budgetColumn(r, T0)).toBe("60000 tokens");
+    expect(budgetColumn(runningRun(), T0)).toBe("-");
+  });
+
+  it("describe shows each limit, the spending's breakdown and the wall clock", () => {
+    const page = formatDescribe({ run: spendingRun(), timeline: [], timelineSource: "events", now: T0 + 60 * s });
+    const section = page.slice(page.indexOf("Budget:"), page.indexOf("Conditions:")).trimEnd().split("\n");
+    expect(section).toEqual([
+      "Budget:",
+      "  tokens:          82000 of 100000 tokens spent (82%)",
+      "  cost:            0.26 of 12.50 USD spent (2%)",
+      "  toolCalls:       5 of 40 tool calls made (12%)",
+      "  Warn at:         80% of each limit",
+      "  Spent:           70000 input + 12000 output tokens, 0.26 USD, 5 tool calls",
+      "  Ended attempts:  50000 input + 10000 output tokens, 0.2 USD, 4 tool calls (attempt 1)",
+      "  This attempt:    20000 input + 2000 output tokens, 0.06 USD, 1 tool call",
+      "  Wall clock:      4m12s since the first start",
+    ]);
+    expect(formatDescribe({ run: runningRun(), timeline: [], timelineSource: "events", now: T0 })).not.toContain("Budget:");
+  });
+
+  it("an exhausted limit says so", () => {
+    const r = spendingRun();
+    r.status.heartbeat.usage.inputTokens = 40_000;
+    const page = formatDescribe({ run: r, timeline: [], timelineSource: "events", now: T0 + 60 * s });
+    expect(page).toContain("tokens:          102000 of 100000 tokens spent (102%), exhausted");
   });
 });
 

@@ -6,6 +6,7 @@ import { useEffect, useMemo, useState } from "preact/hooks";
 import { runHref, runKey } from "./api.ts";
 import type { RunSummary } from "./api.ts";
 import { ActionForms, dismiss, LINGER_MS, useOutcomes } from "./actions.tsx";
+import { BudgetCell } from "./budget.tsx";
 import type { ActionOutcome } from "./actions.tsx";
 import { Field, Notice, PhaseBadge, useTitle } from "./common.tsx";
 import { formatTime } from "./format.ts";
@@ -33,6 +34,12 @@ function QueueItem({ run }: { run: RunSummary }) {
         </Field>
         <Field label="Reason">{run.reason}</Field>
         <Field label="Message">{run.message}</Field>
+        {/* What a person raising a limit before resuming needs to see. */}
+        {run.budget?.nearest && (
+          <Field label="Budget">
+            <BudgetCell budget={run.budget} />
+          </Field>
+        )}
         {run.approval?.state === "Pending" && run.approval.requestedAt && (
           <Field label="Asked">
             <time dateTime={run.approval.requestedAt}>{formatTime(run.approval.requestedAt)}</time> (<Age since={run.approval.requestedAt} /> ago)

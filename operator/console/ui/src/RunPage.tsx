@@ -1,9 +1,11 @@
-// #/runs/NS/NAME — one run, live from ./api/stream/run: its state, spec, effective watchdog
-// settings, conditions, approval, merged timeline and sandbox logs, and what a person can do.
+// #/runs/NS/NAME — one run, live from ./api/stream/run: its state, budget, spec, effective
+// watchdog settings, conditions, approval, merged timeline and sandbox logs, and what a person can
+// do.
 import { useCallback, useEffect, useRef, useState } from "preact/hooks";
 import { ActionForms, hasActions, useOutcomes } from "./actions.tsx";
 import { ApiError, getDetails, getLogs, query, runKey, UNREACHABLE } from "./api.ts";
-import type { AgentRun, RunDetails, RunLogs } from "./api.ts";
+import type { AgentRun, BudgetSummary, RunDetails, RunLogs, RunSummary } from "./api.ts";
+import { BudgetSection } from "./budget.tsx";
 import { Field, Notice, PhaseBadge, useTitle } from "./common.tsx";
 import { formatTime, ratio } from "./format.ts";
 import { Stream } from "./stream.ts";
@@ -28,8 +30,10 @@ function checkpointQuestion(run: AgentRun): string | undefined {
   return typeof question === "string" && question !== "" ? question : undefined;
 }
 
-function useRunStream(namespace: string, name: string): { run: RunState; stream: StreamState; problem: string | undefined } {
+function useRunStream(namespace: string, name: string): { run: RunState; budget: BudgetSummary | undefined; stream: StreamState; problem: string | undefined } {
   const [run, setRun] = useState<RunState>({ state: "loading" });
+  // Sent right after each version of the run: what the server works out of it.
+  const [budget, setBudget] = useState<BudgetSummary | undefined>(undefined);
   const [stream, setStream] = useState<StreamState>({ open: false });
   const [problem, setProblem] = useState<string | undefined>(undefined);
   useEffect(() => {
@@ -42,8 +46,12 @@ function useRunStream(namespace: string, name: string): { run: RunState; stream:
             setProblem(undefined);
           }
         },
+        summary: (data) => {
+          if (data && typeof data === "object") setBudget((data as RunSummary).budget);
+        },
         remove: () => {
           setRun({ state: "gone" });
+          setBudget(undefined);
           setProblem(undefined);
         },
         problem: (data) => {
@@ -58,7 +66,7 @@ function useRunStream(namespace: string, name: string): { run: RunState; stream:
     );
     return () => s.close();
   }, [namespace, name]);
-  return { run, stream, problem };
+  return { run, budget, stream, problem };
 }
 
 type DetailsState = { state: "loading" } | { state: "ok"; details: RunDetails } | { state: "error"; message: string };
@@ -137,7 +145,7 @@ function When({ time }: { time: string | undefined }) {
 }
 
 export function RunPage({ namespace, name }: { namespace: string; name: string }) {
-  const { run, stream, problem } = useRunStream(namespace, name);
+  const { run, budget, stream, problem } = useRunStream(namespace, name);
   const found = run.state === "found" ? run.run : undefined;
   const details = useDetails(namespace, name, found?.metadata.resourceVersion ?? (found ? "" : undefined));
   const gone = run.state === "gone";
@@ -167,12 +175,12 @@ export function RunPage({ namespace, name }: { namespace: string; name: string }
       <h1 tabIndex={-1}>{name}</h1>
       {stream.error && <Notice kind="error">{stream.error}</Notice>}
       {problem && <Notice kind="error">{problem}</Notice>}
-      {!found ? <p class="placeholder">Loading the AgentRun…</p> : <RunBody run={found} namespace={namespace} name={name} details={details} />}
+      {!found ? <p class="placeholder">Loading the AgentRun…</p> : <RunBody run={found} budget={budget} namespace={namespace} name={name} details={details} />}
     </>
   );
 }
 
-function RunBody({ run, namespace, name, details }: { run: AgentRun; namespace: string; name: string; details: DetailsState }) {
+function RunBody({ run, budget, namespace, name, details }: { run: AgentRun; budget: BudgetSummary | undefined; namespace: string; name: string; details: DetailsState }) {
   const status = run.status ?? {};
   const spec = run.spec ?? {};
   const { outcomes } = useOutcomes();
@@ -237,6 +245,8 @@ function RunBody({ run, namespace, name, details }: { run: AgentRun; namespace: 
           <ActionForms run={actionable} idPrefix="run" />
         </section>
       )}
+
+      {budget && <BudgetSection budget={budget} attempt={status.attempt} />}
 
       <section aria-labelledby="sec-spec">
         <h2 id="sec-spec">Spec</h2>

@@ -3,6 +3,7 @@ import { Component } from "preact";
 import { useMemo } from "preact/hooks";
 import { PHASES, runHref, runKey } from "./api.ts";
 import type { RunSummary, Session } from "./api.ts";
+import { BudgetCell } from "./budget.tsx";
 import { Notice, PhaseBadge, useTitle } from "./common.tsx";
 import { ageAt, ratio } from "./format.ts";
 import { runsStore } from "./runs.ts";
@@ -77,6 +78,9 @@ class Row extends Component<{ run: RunSummary }> {
         </td>
         <td data-col="nudges" class="num">
           {ratio(r.nudges, r.maxNudges)}
+        </td>
+        <td data-col="budget">
+          <BudgetCell budget={r.budget} />
         </td>
         <td data-col="reason">{r.reason ?? "-"}</td>
         <td data-col="age" class="num">
@@ -166,6 +170,7 @@ export function RunsPage({
               <col class="c-restarts" />
               <col class="c-heartbeat" />
               <col class="c-nudges" />
+              <col class="c-budget" />
               <col class="c-reason" />
               <col class="c-age" />
             </colgroup>
@@ -186,6 +191,7 @@ export function RunsPage({
                 <th scope="col" class="num">
                   Nudges
                 </th>
+                <th scope="col">Budget</th>
                 <th scope="col">Reason</th>
                 <th scope="col" class="num">
                   Age

@@ -23,8 +23,8 @@ export interface Session {
   ledger: boolean;
 }
 
-// A run as the list and the queue show it: the server's own type.
-export type { ApprovalSummary, RunSummary } from "../../contract.ts";
+// A run as the list and the queue show it, and its budget as the run page does: the server's own types.
+export type { ApprovalSummary, BudgetFigures, BudgetLimitName, BudgetLineSummary, BudgetSummary, RunSummary } from "../../contract.ts";
 
 export interface Condition {
   type: string;

@@ -10,6 +10,7 @@ import { historyRoute } from "../ledger/serve.ts";
 import { createLogger } from "../log.ts";
 import { KubernetesAccess } from "../metrics/access.ts";
 import { Metrics } from "../metrics/metrics.ts";
+import { SpendingMetrics } from "../metrics/spending.ts";
 import { guarded, listen, probe, type Route } from "../metrics/server.ts";
 import { OptionsError, parseOptions, type OperatorOptions } from "./options.ts";
 
@@ -71,9 +72,13 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
   metrics.leaderStatus.set(leaderLabels, 0);
 
   const servers: (Server | undefined)[] = [];
+  const spendingMetrics = new SpendingMetrics(metrics.registry, { maxNamespaces: options.metricsMaxNamespaces, installBudget: options.defaults.budget });
   const serveMetrics: Route = async (_req, res, url) => {
     if (url.pathname !== "/metrics") return false;
     const census = controller.census();
+    // Spending is counted by the leader only, so that summing over replicas counts it once.
+    const runs = leading ? controller.listRuns() : undefined;
+    if (runs) spendingMetrics.observe(runs);
     for (const [phase, count] of Object.entries(census.phases)) metrics.runs.set({ phase }, count);
     metrics.staleHeartbeats.set(census.staleHeartbeats);
     metrics.unconfirmedSandboxes.set(census.unconfirmed);
@@ -123,6 +128,9 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
     metrics.leaderStatus.set(leaderLabels, 1);
     ledger?.requestCatchUp();
     void controller.startWorkers().then(() => {
+      // What the runs had spent when this replica came to lead is a baseline, not new spending.
+      const runs = controller.listRuns();
+      if (runs) spendingMetrics.observe(runs);
       log.info({ concurrency: options.concurrency, namespaces: options.namespaces.length ? options.namespaces : "all" }, "caches synced; reconciling");
     });
   };

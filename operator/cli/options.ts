@@ -21,6 +21,7 @@ export const OperatorOptions = z.strictObject({
   metricsBindAddress: bindAddress.default(":8080"),
   healthProbeBindAddress: bindAddress.default(":8081"),
   metricsSecure: z.boolean().default(false),
+  metricsMaxNamespaces: z.coerce.number().int("must be a whole number").min(1).max(10_000).default(50),
   tlsCertFile: z.string().min(1).optional(),
   tlsPrivateKeyFile: z.string().min(1).optional(),
   logLevel: z.enum(["trace", "debug", "info", "warn", "error", "fatal"]).default("info"),
@@ -57,6 +58,8 @@ export const USAGE = `Usage: agent-watchdog operator [flags]   (from a clone: np
   --metrics-secure                 serve /metrics only to callers the API server lets get it
                                    (TokenReview, SubjectAccessReview); the run history on the
                                    same address always is, to callers who may get the run
+  --metrics-max-namespaces=N       namespaces with spending series of their own; later ones are
+                                   counted as namespace="_other" (default 50)
   --tls-cert-file=PATH             serve the metrics address over HTTPS with this certificate
   --tls-private-key-file=PATH      and this key (both PEM; reloaded when they change)
   --log-level=LEVEL                trace, debug, info, warn, error (default info)  env LOG_LEVEL
@@ -94,6 +97,7 @@ export function parseOptions(argv: string[], env: NodeJS.ProcessEnv): OperatorOp
         "metrics-bind-address": { type: "string" },
         "health-probe-bind-address": { type: "string" },
         "metrics-secure": { type: "boolean" },
+        "metrics-max-namespaces": { type: "string" },
         "tls-cert-file": { type: "string" },
         "tls-private-key-file": { type: "string" },
         "log-level": { type: "string" },
@@ -140,6 +144,7 @@ export function parseOptions(argv: string[], env: NodeJS.ProcessEnv): OperatorOp
     metricsBindAddress: values["metrics-bind-address"],
     healthProbeBindAddress: values["health-probe-bind-address"],
     metricsSecure: values["metrics-secure"],
+    metricsMaxNamespaces: values["metrics-max-namespaces"],
     tlsCertFile: values["tls-cert-file"],
     tlsPrivateKeyFile: values["tls-private-key-file"],
     logLevel: values["log-level"] ?? env.LOG_LEVEL,

@@ -10,7 +10,8 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseAllDocuments, parse as parseYaml, stringify as stringifyYaml } from "yaml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { KubeClient } from "../../operator/kube/client.ts";
+import { SANDBOX_FIELD_MANAGER } from "../../operator/api/annotations.ts";
+import { paths, type KubeClient } from "../../operator/kube/client.ts";
 import { createDatabase, type TestDatabase } from "../ledger/support.ts";
 import { createRun, deleteNamespace, getRun, kube, newNamespace, runManifest } from "../support/cluster.ts";
 import { startOperator, type OperatorProcess } from "../support/operator-process.ts";
@@ -446,6 +447,9 @@ describe("dashboard", () => {
     expect(queue).toContain("workqueue_retries_total");
     expect(uses("Leader status")).toContain("leader_election_master_status");
     expect(uses("Ledger connection")).toContain("watchdog_ledger_connected");
+    expect(uses("Tokens per minute by namespace")).toMatch(/sum by \(namespace, type\) \(rate\(watchdog_tokens_total/);
+    expect(uses("Cost per hour by namespace")).toMatch(/sum by \(namespace, currency\) \(rate\(watchdog_cost_total/);
+    expect(uses("Tool calls and budget stops")).toContain("watchdog_budget_exhausted_total");
   });
 
   it("has queries that Prometheus' own parser accepts", () => {
@@ -490,6 +494,7 @@ describe("metrics used by the alerts and the dashboard", () => {
   let db: TestDatabase;
   let operator: OperatorProcess | undefined;
   let exposition: Exposition;
+  let metricsText: string;
 
   beforeAll(async () => {
     client = kube();
@@ -501,12 +506,22 @@ describe("metrics used by the alerts and the dashboard", () => {
     // A run whose sandbox never heartbeats, with one restart allowed: it is killed twice, requeued
     // once, and then needs a person. That creates the series that only appear with events.
     await createRun(client, ns, runManifest("hangs", { heartbeatTimeout: "2s", maxRestarts: 1, backoff: { initial: "1s", factor: 2, max: "2s" } }));
+    // A run that reports what it spends: the spending series appear once the operator sees it grow.
+    await createRun(client, ns, runManifest("spends", { heartbeatTimeout: "5m" }, { budget: { cost: { amount: "100", currency: "USD" } } }));
+    await waitFor("the spending run's first attempt", async () => (await getRun(client, ns, "spends")).status?.attempt === 1, { timeoutMs: 60_000 });
+    const usage = { inputTokens: 1200, outputTokens: 300, cost: "0.75", toolCalls: 2 };
+    await client.mergePatch(paths.runStatus(ns, "spends"), { status: { heartbeat: { time: new Date().toISOString(), attempt: 1, state: "Planning", usage } } }, { fieldManager: SANDBOX_FIELD_MANAGER });
     await waitFor("the run to need a person", async () => (await getRun(client, ns, "hangs")).status?.phase === "NeedsHumanIntervention", { timeoutMs: 60_000 });
     const text = await waitFor("the ledger to connect and the events to show in /metrics", async () => {
       const t = await operator!.metrics();
-      return /^watchdog_ledger_connected 1$/m.test(t) && /^watchdog_needs_human_intervention_total\{reason="RecoveryBudgetExhausted"\} 1$/m.test(t) ? t : undefined;
+      return /^watchdog_ledger_connected 1$/m.test(t) &&
+        /^watchdog_needs_human_intervention_total\{reason="RecoveryBudgetExhausted"\} 1$/m.test(t) &&
+        t.includes(`watchdog_cost_total{namespace="${ns}",currency="USD"} 0.75`)
+        ? t
+        : undefined;
     }, { timeoutMs: 60_000 });
     exposition = parseExposition(text);
+    metricsText = text;
   }, 180_000);
 
   afterAll(async () => {
@@ -522,6 +537,10 @@ describe("metrics used by the alerts and the dashboard", () => {
     expect(value("watchdog_detection_latency_seconds_bucket", { le: "+Inf" })).toBe(true);
     expect(value("controller_runtime_reconcile_time_seconds_bucket", { controller: "agentrun" })).toBe(true);
     expect(value("watchdog_ledger_written_rows_total")).toBe(true);
+    // What the spending run reported, counted once, under its namespace.
+    expect(metricsText).toContain(`watchdog_tokens_total{namespace="${ns}",type="input"} 1200`);
+    expect(metricsText).toContain(`watchdog_tokens_total{namespace="${ns}",type="output"} 300`);
+    expect(metricsText).toContain(`watchdog_tool_calls_total{namespace="${ns}"} 2`);
   });
 
   it("are all exposed by the operator's /metrics", () => {

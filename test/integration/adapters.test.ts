@@ -3,7 +3,8 @@
 // example's one tool call is recorded Started, then Succeeded, and its final text reported. The
 // test then plays a kubelet whose container died after its last report (exit 1), so the operator
 // starts attempt 2, and the same example, run again, gets the saved result without running the
-// tool a second time.
+// tool a second time. Each scripted model call says it used 120 input and 30 output tokens; the
+// usage reaches the run's status (heartbeat.usage, then status.spent once the attempt ends).
 import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -19,6 +20,13 @@ import { waitFor } from "../support/wait.ts";
 
 const examples = fileURLToPath(new URL("../../operator/sandbox/examples/", import.meta.url));
 const ADAPTERS = ["ai", "langchain", "openai-agents", "mcp"];
+/** What one attempt of each example reports: two model calls (MCP has no model) and one tool call. */
+const ATTEMPT_USAGE: Record<string, { inputTokens: number; outputTokens: number }> = {
+  ai: { inputTokens: 240, outputTokens: 60 },
+  langchain: { inputTokens: 240, outputTokens: 60 },
+  "openai-agents": { inputTokens: 240, outputTokens: 60 },
+  mcp: { inputTokens: 0, outputTokens: 0 },
+};
 
 let client: KubeClient;
 let ns: string;
@@ -89,6 +97,9 @@ describe.each(ADAPTERS)("the %s adapter's example", (adapter) => {
     expect(call.result).toContain("a fact about tides");
     expect(states, "Started is a version of its own, before Succeeded").toEqual(["Started", "Succeeded"]);
     expect(first.status.heartbeat).toMatchObject({ attempt: 1, activity: { kind: "text" } });
+    // The scripted model's usage and the tool call, as the adapter reported them.
+    const tokens = ATTEMPT_USAGE[adapter]!;
+    expect(first.status.heartbeat.usage).toMatchObject({ ...tokens, toolCalls: 1 });
     expect(readFileSync(sideEffects, "utf8")).toBe("lookup tides\n");
 
     // The container died after its last report: the operator starts attempt 2.
@@ -104,5 +115,7 @@ describe.each(ADAPTERS)("the %s adapter's example", (adapter) => {
     // The saved record stands: attempt 1's call, not run again.
     expect(done.status.toolCalls.filter((c: any) => c.name === "lookup")).toEqual([expect.objectContaining({ id: call.id, attempt: 1, state: "Succeeded" })]);
     expect(done.status.heartbeat).toMatchObject({ attempt: 2, activity: { kind: "text" } });
+    // Both attempts' model calls are counted; the replayed tool call is not counted again.
+    expect(done.status.spent).toMatchObject({ inputTokens: 2 * tokens.inputTokens, outputTokens: 2 * tokens.outputTokens, toolCalls: 1, throughAttempt: 2 });
   });
 });

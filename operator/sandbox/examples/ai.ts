@@ -10,7 +10,9 @@ import { z } from "zod";
 import { generateText } from "../adapters/ai.ts";
 import { runAgent } from "../index.ts";
 
-const usage = { inputTokens: { total: 0, noCache: 0, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 0, text: 0, reasoning: 0 } };
+// What each scripted model call says it used, as a provider reports it: the adapter adds it to the
+// attempt's usage, which the run's budget counts.
+const usage = { inputTokens: { total: 120, noCache: 120, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 30, text: 30, reasoning: 0 } };
 
 await runAgent(async (sandbox) => {
   const topic = sandbox.goal ?? "the weather";

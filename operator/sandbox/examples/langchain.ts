@@ -15,6 +15,9 @@ import { z } from "zod";
 import { runGraph, watchdogTools } from "../adapters/langchain.ts";
 import { runAgent } from "../index.ts";
 
+/** What each turn says it used, as providers report it: the adapter adds it to the attempt's usage. */
+const usage_metadata = { input_tokens: 120, output_tokens: 30, total_tokens: 150 };
+
 /** Calls `lookup` once, then answers with the fact the tool returned. */
 class ScriptedModel extends BaseChatModel {
   private readonly topic: string;
@@ -36,7 +39,7 @@ class ScriptedModel extends BaseChatModel {
   private reply(messages: BaseMessage[]): AIMessage {
     const last = messages.at(-1);
     if (!ToolMessage.isInstance(last)) {
-      return new AIMessage({ content: "", tool_calls: [{ id: "call-1", name: "lookup", args: { topic: this.topic }, type: "tool_call" }] });
+      return new AIMessage({ content: "", tool_calls: [{ id: "call-1", name: "lookup", args: { topic: this.topic }, type: "tool_call" }], usage_metadata });
     }
     const content = String(last.content);
     let fact = content;
@@ -45,7 +48,7 @@ class ScriptedModel extends BaseChatModel {
     } catch {
       // the tool failed: its error text is what there is to say
     }
-    return new AIMessage(`Here is what I found: ${fact}.`);
+    return new AIMessage({ content: `Here is what I found: ${fact}.`, usage_metadata });
   }
 
   async _generate(messages: BaseMessage[]): Promise<ChatResult> {
@@ -56,11 +59,13 @@ class ScriptedModel extends BaseChatModel {
   override async *_streamResponseChunks(messages: BaseMessage[], _options: this["ParsedCallOptions"], runManager?: CallbackManagerForLLMRun): AsyncGenerator<ChatGenerationChunk> {
     const message = this.reply(messages);
     if (message.tool_calls?.length) {
-      yield new ChatGenerationChunk({ text: "", message: new AIMessageChunk({ content: "", tool_calls: message.tool_calls }) });
+      yield new ChatGenerationChunk({ text: "", message: new AIMessageChunk({ content: "", tool_calls: message.tool_calls, usage_metadata }) });
       return;
     }
-    for (const word of message.text.split(/(?<= )/)) {
-      const chunk = new ChatGenerationChunk({ text: word, message: new AIMessageChunk(word) });
+    const words = message.text.split(/(?<= )/);
+    for (const [i, word] of words.entries()) {
+      // The usage comes with the last chunk, as providers stream it.
+      const chunk = new ChatGenerationChunk({ text: word, message: new AIMessageChunk({ content: word, ...(i === words.length - 1 ? { usage_metadata } : {}) }) });
       yield chunk;
       await runManager?.handleLLMNewToken(word, undefined, undefined, undefined, undefined, { chunk });
     }

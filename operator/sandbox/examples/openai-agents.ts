@@ -4,7 +4,7 @@
 //
 // In a project the imports are "@agent-watchdog/sandbox" and "@agent-watchdog/sandbox/openai-agents".
 import { appendFileSync } from "node:fs";
-import { Agent } from "@openai/agents";
+import { Agent, Usage } from "@openai/agents";
 import { ScriptedModel, assistantMessage, functionCall, modelResponder, type RecordedModelCall } from "@openai/agents/testing";
 import { z } from "zod";
 import { runAgent } from "../index.ts";
@@ -34,9 +34,12 @@ function factIn(call: RecordedModelCall): string {
 await runAgent(async (sandbox) => {
   const topic = sandbox.goal ?? "the weather";
   // A real agent names its model instead, e.g. `model: "gpt-5.1"` with OPENAI_API_KEY set.
+  // Each response says what it used, as the Responses API does: the adapter adds it to the
+  // attempt's usage, which the run's budget counts.
+  const usage = () => new Usage({ requests: 1, inputTokens: 120, outputTokens: 30, totalTokens: 150 });
   const model = new ScriptedModel([
-    [functionCall("lookup", { topic }, { callId: "call_lookup" })],
-    modelResponder((call) => [assistantMessage(`Here is what I found: ${factIn(call)}.`)]),
+    { usage: usage(), output: [functionCall("lookup", { topic }, { callId: "call_lookup" })] },
+    modelResponder((call) => ({ usage: usage(), output: [assistantMessage(`Here is what I found: ${factIn(call)}.`)] })),
   ]);
   const agent = new Agent({ name: "researcher", instructions: "Look the topic up and report the fact you find.", model, tools: [lookup] });
   // Records the call, reports the final text to status (streamed with `stream: true`).

@@ -3,6 +3,9 @@ import { Outbox } from "../../operator/example-agent/outbox.ts";
 import type { Run } from "./driver.ts";
 import { APPROVAL_ANSWER, type Behaviour, type DemoRun } from "./scenario.ts";
 
+/** What the example agent's runaway reports per model call (EXAMPLE_TOKENS_PER_STEP's default). */
+const RUNAWAY_TOKENS_PER_REPORT = 20_000;
+
 /* eslint-disable @typescript-eslint/no-explicit-any -- runs are read as plain JSON here */
 export interface Verdict {
   name: string;
@@ -86,6 +89,16 @@ export function judge(demo: DemoRun, run: Run | undefined, context: JudgeContext
         want(transitionedFor(run, "Queued", "PodFailed"), "no PodFailed requeue in its transitions");
         const sent = context.emailsSent(demo.name);
         want(sent === 1, `${sent} e-mails in the outbox, expected exactly 1`);
+        break;
+      }
+      case "runaway": {
+        phase("NeedsHumanIntervention", "BudgetExhausted");
+        const limit = (demo.budget as { tokens?: number } | undefined)?.tokens ?? 0;
+        const spent = (status.spent?.inputTokens ?? 0) + (status.spent?.outputTokens ?? 0);
+        // Stopped at the first report at or over the limit, never before it; a loaded machine may
+        // see one more report land before the stop (an overshoot of at most one report).
+        want(spent >= limit && spent <= limit + RUNAWAY_TOKENS_PER_REPORT, `${spent} tokens spent, expected ${limit} to ${limit + RUNAWAY_TOKENS_PER_REPORT}`);
+        want(status.attempt === 1 && status.restarts === 0, `attempt ${status.attempt} with ${status.restarts} restarts, expected attempt 1 with none`);
         break;
       }
     }

@@ -11,13 +11,16 @@ export type Behaviour =
   | "rate-limited"
   | "stall"
   | "await-approval"
-  | "side-effect-then-crash";
+  | "side-effect-then-crash"
+  | "runaway";
 
 export interface DemoRun {
   name: string;
   behaviour: Behaviour;
   /** spec.watchdog */
   watchdog: Json;
+  /** spec.budget, if the run has one */
+  budget?: Json;
   /** The end state the watchdog's rules require, in words. */
   expected: string;
 }
@@ -35,6 +38,9 @@ export const DEMO_WATCHDOG = {
   stall: { timeout: "5s", maxNudges: 2 },
   releaseAwaitingAfter: "10s",
 };
+
+/** The runaway run's token budget; no other rule stops it. */
+export const RUNAWAY_TOKEN_LIMIT = 100_000;
 
 export const DEMO_RUNS: DemoRun[] = [
   { name: "summarise-docs", behaviour: "healthy", watchdog: DEMO_WATCHDOG, expected: "Completed on attempt 1, no restarts" },
@@ -57,6 +63,14 @@ export const DEMO_RUNS: DemoRun[] = [
     behaviour: "side-effect-then-crash",
     watchdog: DEMO_WATCHDOG,
     expected: "Completed after one PodFailed restart, with exactly one e-mail sent",
+  },
+  {
+    name: "research-loop",
+    behaviour: "runaway",
+    // 20,000 tokens a step (the example agent's default): the fifth report reaches the limit.
+    watchdog: DEMO_WATCHDOG,
+    budget: { tokens: RUNAWAY_TOKEN_LIMIT },
+    expected: `NeedsHumanIntervention (BudgetExhausted) at the first report at or over its ${RUNAWAY_TOKEN_LIMIT}-token budget, no restart`,
   },
 ];
 
@@ -91,6 +105,7 @@ export function manifestFor(run: DemoRun, sandbox: SandboxOptions = {}): Json {
       goal: run.behaviour,
       template: { spec: { containers: [container] } },
       watchdog: run.watchdog,
+      ...(run.budget ? { budget: run.budget } : {}),
     },
   };
 }

@@ -80,6 +80,14 @@ export function summaryLines(samples: Sample[], runs: Run[], verdicts: Verdict[]
     row("e-mails in the outbox", sent, `${mailer.name} crashed after sending and sent again with the same key: delivered ${verdict}`);
   }
 
+  const runaway = DEMO_RUNS.find((r) => r.behaviour === "runaway");
+  const looped = runaway && runs.find((r) => r.metadata.name === runaway.name);
+  if (runaway && looped) {
+    const spent = (looped.status?.spent?.inputTokens ?? 0) + (looped.status?.spent?.outputTokens ?? 0);
+    const stopped = looped.status?.reason === "BudgetExhausted" ? green("stopped by its budget") : red(`not stopped by its budget (${looped.status?.reason ?? looped.status?.phase ?? "?"})`);
+    row("tokens spent by the runaway", spent, `${runaway.name} looped without failing, against a ${(runaway.budget as { tokens?: number }).tokens}-token limit: ${stopped}`);
+  }
+
   if (sdk && sdk.seconds > 0) {
     const perMinute = (n: number) => ((n * 60) / sdk.seconds).toFixed(1);
     row(

@@ -2,6 +2,7 @@
 import { paths, type KubeClient } from "../../operator/kube/client.ts";
 import { FINAL_PHASES, type Run } from "./driver.ts";
 import type { DemoRun } from "./scenario.ts";
+import { budgetColumn } from "../../operator/cli/plugin/format.ts";
 
 /* eslint-disable @typescript-eslint/no-explicit-any -- runs and events are read as plain JSON here */
 export const tty = process.stdout.isTTY === true;
@@ -31,6 +32,7 @@ interface Row {
   restarts: string;
   heartbeat: string;
   nudges: string;
+  budget: string;
   reason: string;
 }
 
@@ -46,6 +48,7 @@ function rowOf(run: Run, behaviours: Map<string, string>, now: number): Row {
     restarts: s.watchdog ? `${s.restarts ?? 0}/${s.watchdog.maxRestarts}` : "-",
     heartbeat: ACTIVE.has(s.phase) && Number.isFinite(hb) ? seconds(Math.max(0, now - hb)) : "-",
     nudges: s.watchdog ? `${s.stall?.nudges ?? 0}/${s.watchdog.stall.maxNudges}` : "-",
+    budget: budgetColumn(run, now),
     reason,
   };
 }
@@ -58,6 +61,7 @@ const COLUMNS: [keyof Row, string, number][] = [
   ["restarts", "RESTARTS", 10],
   ["heartbeat", "HEARTBEAT", 11],
   ["nudges", "NUDGES", 8],
+  ["budget", "BUDGET", 21],
   ["reason", "REASON", 0],
 ];
 

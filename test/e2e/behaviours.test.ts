@@ -93,6 +93,22 @@ describe("every example behaviour on the real machinery", () => {
     expect(verdicts.filter((v) => !v.ok)).toEqual([]);
   });
 
+  it("runaway: no rule but its budget stops it, at its first report at or over the limit, and its sandbox is killed", async () => {
+    const run = runOf("runaway");
+    const name = run.metadata.name;
+    expect(run.status).toMatchObject({ phase: "NeedsHumanIntervention", reason: "BudgetExhausted", attempt: 1, restarts: 0 });
+    expect(run.status.message).toMatch(/^token budget exhausted: 1[02]0000 of 100000 tokens spent/);
+    const spent = run.status.spent.inputTokens + run.status.spent.outputTokens;
+    expect(spent === 100_000 || spent === 120_000, `${spent} tokens`).toBe(true);
+    expect(run.status.spent).toMatchObject({ throughAttempt: 1 });
+    expect(await client.get<any>(paths.pods(ns), { labelSelector: `watchdog.dev/run=${name}` }).then((l) => l.items)).toEqual([]);
+    expect(ended(name)).toEqual([podOf(name, 1)]);
+    await waitFor("its BudgetWarning and BudgetExhausted Events", async () => {
+      const warnings = new Set((await events(name)).filter((e) => e.type === "Warning").map((e) => e.reason));
+      return warnings.has("BudgetWarning") && warnings.has("BudgetExhausted");
+    });
+  });
+
   it("healthy: completes on its first attempt, every step checkpointed", async () => {
     const run = runOf("healthy");
     expect(run.status).toMatchObject({ phase: "Completed", attempt: 1, restarts: 0, checkpoint: { step: 3 } });
@@ -207,7 +223,9 @@ describe("every example behaviour on the real machinery", () => {
     expect(total(samples, "watchdog_detection_latency_seconds_count")).toBe(2);
     expect(byLabel(samples, "watchdog_requeues_total", "reason")).toEqual({ HeartbeatTimeout: 1, PodFailed: 2, RateLimited: 1 });
     expect(total(samples, "watchdog_nudges_total")).toBe(2);
-    expect(byLabel(samples, "watchdog_needs_human_intervention_total", "reason")).toEqual({ RecoveryBudgetExhausted: 1, StallUnresolved: 1, ToolLoop: 1 });
+    expect(byLabel(samples, "watchdog_needs_human_intervention_total", "reason")).toEqual({ BudgetExhausted: 1, RecoveryBudgetExhausted: 1, StallUnresolved: 1, ToolLoop: 1 });
+    expect(byLabel(samples, "watchdog_budget_exhausted_total", "limit")).toEqual({ tokens: 1 });
+    expect(total(samples, "watchdog_budget_exhausted_total")).toBe(1);
   });
 
   it("the ledger holds the healthy run's complete history, in order", async () => {

@@ -54,9 +54,13 @@ function spendingPhrase(inputTokens: number | bigint, outputTokens: number | big
   return `${inputTokens} input + ${outputTokens} output tokens, ${cost}, ${plural(toolCalls, "tool call")}`;
 }
 
+/** The attempt's cost; an attempt that used no tokens cost nothing, priced or not. */
+const costOfAttempt = (u: AttemptUsageRecord): string | undefined => u.cost ?? (u.inputTokens === 0 && u.outputTokens === 0 ? "0" : undefined);
+
 /** What one attempt spent: "attempt 2 spent 12000 input + 800 output tokens, 0.31 USD, 4 tool calls (model gpt-5)". */
 export function describeUsage(u: AttemptUsageRecord): string {
-  const cost = u.cost === undefined ? "cost unknown" : money(u.cost, u.currency);
+  const known = costOfAttempt(u);
+  const cost = known === undefined ? "cost unknown" : money(known, u.currency);
   // The model is the sandbox's words; escaping is idempotent, so a caller escaping the line again changes nothing.
   const model = u.model === undefined ? "" : ` (model ${escapeTerminal(u.model)})`;
   return `attempt ${u.attempt} spent ${spendingPhrase(u.inputTokens, u.outputTokens, cost, u.toolCalls)}${model}`;
@@ -76,7 +80,8 @@ export function describeTotal(usage: readonly AttemptUsageRecord[]): string {
     input += BigInt(u.inputTokens);
     output += BigInt(u.outputTokens);
     calls += BigInt(u.toolCalls);
-    const cost = u.cost === undefined ? undefined : parseDecimal(u.cost);
+    const stated = costOfAttempt(u);
+    const cost = stated === undefined ? undefined : parseDecimal(stated);
     if (cost === undefined) unknown = true;
     else costs.set(u.currency ?? "", (costs.get(u.currency ?? "") ?? 0n) + cost);
   }

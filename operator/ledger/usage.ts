@@ -70,6 +70,8 @@ function report(run: Json): Report | undefined {
     cost = typeof usage.cost === "string" && DECIMAL_PATTERN.test(usage.cost) ? parseDecimal(usage.cost) : undefined;
     if (cost === undefined) return undefined;
   }
+  // Nothing spent yet (every attempt's first heartbeat reports zeros): nothing to record.
+  if (inputTokens === 0 && outputTokens === 0 && toolCalls === 0 && !cost) return undefined;
   // PostgreSQL text cannot hold NUL.
   const model = typeof usage.model === "string" ? usage.model.replaceAll("\u0000", "").slice(0, MAX_MODEL) || undefined : undefined;
   return { attempt, inputTokens, outputTokens, toolCalls, cost, model };

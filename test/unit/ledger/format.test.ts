@@ -46,6 +46,10 @@ describe("an attempt's usage", () => {
     expect(describeUsage(usage(2))).toBe("attempt 2 spent 12000 input + 800 output tokens, 0.31 USD, 4 tool calls (model gpt-5)");
     expect(describeUsage(usage(1, { currency: undefined, toolCalls: 1, model: undefined }))).toBe("attempt 1 spent 12000 input + 800 output tokens, cost 0.31, 1 tool call");
     expect(describeUsage(usage(1, { cost: undefined }))).toBe("attempt 1 spent 12000 input + 800 output tokens, cost unknown, 4 tool calls (model gpt-5)");
+    // No tokens, no price needed: an attempt that only called tools cost nothing.
+    const toolsOnly = usage(1, { cost: undefined, currency: undefined, inputTokens: 0, outputTokens: 0, model: undefined });
+    expect(describeUsage(toolsOnly)).toBe("attempt 1 spent 0 input + 0 output tokens, cost 0, 4 tool calls");
+    expect(describeTotal([toolsOnly])).toBe("spent in all: 0 input + 0 output tokens, cost 0, 4 tool calls over 1 attempt");
   });
 
   it("sums the attempts exactly, each currency apart, and says when a cost is only a floor", () => {

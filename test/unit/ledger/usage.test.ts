@@ -53,6 +53,12 @@ describe("attempt usage rows", () => {
     expect(usageRows(memory, runWith({ inputTokens: 1001, outputTokens: 50, cost: "0.3", toolCalls: 2 }))).toMatchObject([{ input_tokens: 1001 }]);
   });
 
+  it("records nothing for an attempt that has spent nothing", () => {
+    const memory = fresh();
+    expect(usageRows(memory, runWith({ inputTokens: 0, outputTokens: 0, toolCalls: 0 }))).toEqual([]);
+    expect(usageRows(memory, runWith({ inputTokens: 0, outputTokens: 0, toolCalls: 1 }))).toMatchObject([{ tool_calls: 1 }]);
+  });
+
   it("keeps each attempt apart, and never queues a row that lowers one", () => {
     const memory = fresh();
     const attempt1 = runWith({ inputTokens: 5000, outputTokens: 400, cost: "0.5", toolCalls: 3 }, 1);

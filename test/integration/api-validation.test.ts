@@ -79,6 +79,18 @@ describe("kubectl discovery", () => {
     expect(await explain("agentrun.status.podUID")).toContain("fences sandbox writes");
   });
 
+  it("documents the run budget in kubectl explain", async () => {
+    const result = await kubectl("explain", "agentrun.spec.budget");
+    for (const field of ["tokens", "inputTokens", "outputTokens", "cost", "wallClock", "toolCalls", "warnAt", "prices"]) {
+      expect(result.stdout).toMatch(new RegExp(`^\\s+${field}\\s+<`, "m"));
+    }
+    const explain = async (path: string) => (await kubectl("explain", path)).stdout.replace(/\s+/g, " ");
+    expect(await explain("agentrun.spec.budget")).toContain("all attempts together");
+    expect(await explain("agentrun.spec.budget.warnAt")).toContain("BudgetWarning");
+    expect(await explain("agentrun.status.spent")).toContain("the sandbox cannot write it");
+    expect(await explain("agentrun.status.heartbeat.usage")).toContain("Never goes down within an attempt");
+  });
+
   it("shows the printer columns", async () => {
     await kubectl("apply", "-n", ns, "-f", samples + "minimal.yaml");
     const result = await kubectl("get", "ar", "-n", ns);

@@ -1,7 +1,7 @@
 // Judging the end states: each run against what the watchdog's rules require of its behaviour.
 import { Outbox } from "../../operator/example-agent/outbox.ts";
 import type { Run } from "./driver.ts";
-import { APPROVAL_ANSWER, type Behaviour, type DemoRun } from "./scenario.ts";
+import { APPROVAL_ANSWER, RUNAWAY_REPORTS_OVER, type Behaviour, type DemoRun } from "./scenario.ts";
 
 /** What the example agent's runaway reports per model call (EXAMPLE_TOKENS_PER_STEP's default). */
 const RUNAWAY_TOKENS_PER_REPORT = 20_000;
@@ -95,9 +95,9 @@ export function judge(demo: DemoRun, run: Run | undefined, context: JudgeContext
         phase("NeedsHumanIntervention", "BudgetExhausted");
         const limit = (demo.budget as { tokens?: number } | undefined)?.tokens ?? 0;
         const spent = (status.spent?.inputTokens ?? 0) + (status.spent?.outputTokens ?? 0);
-        // Stopped at the first report at or over the limit, never before it; a loaded machine may
-        // see one more report land before the stop (an overshoot of at most one report).
-        want(spent >= limit && spent <= limit + RUNAWAY_TOKENS_PER_REPORT, `${spent} tokens spent, expected ${limit} to ${limit + RUNAWAY_TOKENS_PER_REPORT}`);
+        // Never stopped before the limit; stopped within RUNAWAY_REPORTS_OVER reports past it.
+        const most = limit + RUNAWAY_REPORTS_OVER * RUNAWAY_TOKENS_PER_REPORT;
+        want(spent >= limit && spent <= most, `${spent} tokens spent, expected ${limit} to ${most}`);
         want(status.attempt === 1 && status.restarts === 0, `attempt ${status.attempt} with ${status.restarts} restarts, expected attempt 1 with none`);
         break;
       }

@@ -27,11 +27,12 @@ export interface DemoRun {
 
 /**
  * Short timings, so the whole demo takes a couple of minutes. The heartbeat timeout is the one
- * generous value: only the hanging run waits on it, and the others must not be mistaken for hung
- * while a loaded two-core machine starts eight Node processes at once (over 10 s has been seen).
+ * generous value: only the hanging run waits on it (with a shorter one of its own), and the others
+ * must not be mistaken for hung while a loaded two-core machine starts nine Node processes at once
+ * (a sandbox's first write over 30 s after its container started has been seen on the real node).
  */
 export const DEMO_WATCHDOG = {
-  heartbeatTimeout: "30s",
+  heartbeatTimeout: "60s",
   maxRestarts: 2,
   backoff: { initial: "3s", factor: 2, max: "12s" },
   rateLimitBackoff: { initial: "2s", factor: 2, max: "10s" },
@@ -41,6 +42,12 @@ export const DEMO_WATCHDOG = {
 
 /** The runaway run's token budget; no other rule stops it. */
 export const RUNAWAY_TOKEN_LIMIT = 100_000;
+/**
+ * How many of its reports (one a second) may land past the limit before the stop is written. The
+ * integration suite holds the operator to the first report at or over a limit; on a loaded
+ * two-core machine, with the operator in a pod on the same node, the demo allows two more.
+ */
+export const RUNAWAY_REPORTS_OVER = 3;
 
 export const DEMO_RUNS: DemoRun[] = [
   { name: "summarise-docs", behaviour: "healthy", watchdog: DEMO_WATCHDOG, expected: "Completed on attempt 1, no restarts" },
@@ -70,7 +77,7 @@ export const DEMO_RUNS: DemoRun[] = [
     // 20,000 tokens a step (the example agent's default): the fifth report reaches the limit.
     watchdog: DEMO_WATCHDOG,
     budget: { tokens: RUNAWAY_TOKEN_LIMIT },
-    expected: `NeedsHumanIntervention (BudgetExhausted) at the first report at or over its ${RUNAWAY_TOKEN_LIMIT}-token budget, no restart`,
+    expected: `NeedsHumanIntervention (BudgetExhausted) once it reaches its ${RUNAWAY_TOKEN_LIMIT}-token budget, within ${RUNAWAY_REPORTS_OVER} reports, no restart`,
   },
 ];
 

@@ -34,7 +34,7 @@ it("npm run demo -- --once exits 0 with every behaviour as expected, and cleans 
   for (const run of DEMO_RUNS) expect(output).toMatch(new RegExp(`✓ ${run.name}\\s+${run.behaviour}\\s`));
   expect(output).toMatch(/e-mails in the outbox\s+1 /);
   // The SDK's cost for a healthy run: its writes and, of those, the throttled heartbeat-only ones.
-  expect(output).toMatch(/status writes by the healthy sandbox\s+\d+\s+summarise-docs in \d+s: \d+ heartbeat-only \([\d.]+\/min; at most one per 7.5s\)/);
+  expect(output).toMatch(/status writes by the healthy sandbox\s+\d+\s+summarise-docs in \d+s: \d+ heartbeat-only \([\d.]+\/min; at most one per 15s\)/);
   expect(output).toContain("The ledger's history of email-report");
   // Not started by the demo, so not stopped by it either.
   expect(output).toContain("already running; it stays up afterwards");

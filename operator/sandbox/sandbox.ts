@@ -144,10 +144,11 @@ export class Sandbox {
   static async start(options: SandboxOptions = {}): Promise<Sandbox> {
     const identity = options.identity ?? identityFromEnv(options.env ?? process.env);
     const client = options.client ?? new ApiClient();
-    const raw = await readOwnRun(client, identity, options.clock ?? Date.now, options.startDeadlineMs ?? START_DEADLINE_MS);
+    const log = (options.logger ?? defaultLogger()).child({ namespace: identity.namespace, run: identity.runName, attempt: identity.attempt });
+    const raw = await readOwnRun(client, identity, options.clock ?? Date.now, options.startDeadlineMs ?? START_DEADLINE_MS, log);
     const read = readRun(raw);
     if (!read.ok) throw new Error(`cannot read run ${identity.namespace}/${identity.runName}: ${read.error}`);
-    const sandbox = new Sandbox(options, identity, client, read.run, raw);
+    const sandbox = new Sandbox({ ...options, logger: log }, identity, client, read.run, raw);
     for (const problem of read.problems) sandbox.log.warn({ problem }, "ignoring an unreadable sandbox field left in status");
     await sandbox.open(raw);
     return sandbox;
@@ -160,7 +161,8 @@ export class Sandbox {
     this.options = options;
     this.client = client;
     this.clock = options.clock ?? Date.now;
-    this.log = (options.logger ?? defaultLogger()).child({ namespace: this.namespace, run: this.runName, attempt: this.attempt });
+    // start() has already bound the run to the logger.
+    this.log = options.logger ?? defaultLogger();
     this.startedAt = this.clock();
 
     const status = run.status ?? {};

@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 from .api_client import RETRY, SandboxApi, api_error_code, is_not_found, is_transient
 from .errors import FencedError
+from .log import SandboxLogger
 from .protocol import ACTIVITY_KINDS, PHASES, TOOL_CALL_STATES, SandboxIdentity, api_paths
 
 #: The CRD's bound on status.toolCalls: anything beyond the newest 64 was never valid.
@@ -266,31 +267,52 @@ def read_run(raw: Any) -> ReadRun:
     return ReadRun(run=raw, status=status, problems=problems)
 
 
+_WAIT_REPORT_S = 10.0
+
+
 def read_own_run(
     client: SandboxApi,
     identity: SandboxIdentity,
     deadline_s: float,
+    log: Optional[SandboxLogger] = None,
     mono: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
     """An API server that restarts, or a network still coming up in a new pod, is a matter of
     seconds: the first read is retried (200 ms doubling to 5 s) up to the start deadline. So is a
     403 at start: the sandbox's RoleBinding is made just before its pod, and an authorizer that
-    has not seen it yet (its cache refilling after an API server restart, say) refuses it."""
-    give_up_at = mono() + deadline_s
+    has not seen it yet (its cache refilling after an API server restart, say) refuses it.
+    A sandbox that never reports in is killed as hung with nothing to say why unless it says so
+    here: the first refusal is logged, then one line per 10 s while they last."""
+    started_at = mono()
+    give_up_at = started_at + deadline_s
     wait = RETRY["first"]
     path = api_paths(identity.namespace, identity.run_name)["run"]
+    reported_at: Optional[float] = None
+    tries = 0
     while True:
+        tries += 1
         try:
             run = client.get(path)
             if not isinstance(run, dict):
                 raise ValueError(f"GET {path}: not an object")
+            if reported_at is not None and log is not None:
+                log.info("read the run", tries=tries, waitedMs=round((mono() - started_at) * 1000))
             return run
         except Exception as err:  # noqa: BLE001
             if is_not_found(err):
                 raise FencedError(f"run {identity.namespace}/{identity.run_name} does not exist") from err
             if not (is_transient(err) or api_error_code(err) == 403) or mono() + wait > give_up_at:
                 raise
+            if log is not None and (reported_at is None or mono() - reported_at >= _WAIT_REPORT_S):
+                reported_at = mono()
+                log.warn(
+                    "cannot read the run yet; trying again",
+                    tries=tries,
+                    code=api_error_code(err),
+                    error=str(err),
+                    giveUpInMs=round((give_up_at - reported_at) * 1000),
+                )
         sleep(wait)
         wait = min(RETRY["max"], wait * 2)
 

@@ -205,7 +205,8 @@ class Sandbox:
         environment = os.environ if env is None else env
         ident = identity if identity is not None else identity_from_env(environment)
         api = client if client is not None else ApiClient(load_config(environment))
-        raw = read_own_run(api, ident, start_deadline)
+        log = as_logger(logger).child(namespace=ident.namespace, run=ident.run_name, attempt=ident.attempt)
+        raw = read_own_run(api, ident, start_deadline, log)
         try:
             read = read_run(raw)
         except ValueError as err:
@@ -222,7 +223,7 @@ class Sandbox:
             max_tool_calls=max_tool_calls,
             on_nudge=on_nudge,
             on_fenced=on_fenced,
-            logger=logger,
+            logger=log,
             exit=exit,
             termination_log_path=termination_log_path,
         )

@@ -32,6 +32,7 @@ from agent_watchdog import (
 )
 
 from agent_watchdog.protocol import MAX_CHECKPOINT_BYTES, MAX_SANDBOX_STATUS_BYTES, json_bytes
+from agent_watchdog.read_run import read_own_run
 from fake_apiserver import FakeApiServer, status_body
 from ts_fixtures import KEY_CASES
 
@@ -180,6 +181,36 @@ class ReportingInTest(SandboxTestCase):
             self.start(refused, start_deadline=1.0)
         self.assertEqual(caught.exception.code, 403)
         self.assertEqual(refused.patches, [])
+
+    def test_says_why_it_cannot_read_its_run_while_it_waits(self) -> None:
+        lines: list[tuple[str, str, dict[str, Any]]] = []
+
+        class Recorder:
+            def __getattr__(self, level: str) -> Callable[..., None]:
+                return lambda msg, **fields: lines.append((level, msg, fields))
+
+            def child(self, **_bindings: Any) -> "Recorder":
+                return self
+
+        refusal = ApiError("GET", "/run", 401, status_body(401, "Unauthorized", "Unauthorized"))
+
+        class Refusing:
+            tries = 0
+
+            def get(self, _path: str) -> dict[str, Any]:
+                Refusing.tries += 1
+                if Refusing.tries <= 8:
+                    raise refusal
+                return {"metadata": {"name": "r"}}
+
+        clock = [0.0]
+        identity = SandboxIdentity(run_name="r", namespace="ns", attempt=1)
+        read_own_run(Refusing(), identity, 60.0, Recorder(), mono=lambda: clock[0], sleep=lambda s: clock.__setitem__(0, clock[0] + s))
+        waits = [fields for level, msg, fields in lines if msg == "cannot read the run yet; trying again"]
+        # refusals at 0, 0.2, 0.6, 1.4, 3, 6.2, 11.2 and 16.2 s: reported at the first and 10 s on
+        self.assertEqual([w["tries"] for w in waits], [1, 7])
+        self.assertEqual(waits[0]["code"], 401)
+        self.assertEqual([fields["tries"] for level, msg, fields in lines if msg == "read the run"], [9])
 
     def test_refuses_to_start_for_an_attempt_that_is_already_over(self) -> None:
         fake = self.fake({"attempt": 2})

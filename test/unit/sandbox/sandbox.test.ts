@@ -105,6 +105,24 @@ describe("reporting in", () => {
     expect(String(await failing)).toContain("403");
   });
 
+  it("says why it cannot read its run while it waits: the first refusal, then a line per 10 s", async () => {
+    const lines: { level: string; fields: Record<string, unknown>; msg?: string }[] = [];
+    const recorder = (level: string) => (fields: object | string, msg?: string) => lines.push(typeof fields === "string" ? { level, fields: {}, msg: fields } : { level, fields: fields as Record<string, unknown>, msg });
+    const logger = { debug: recorder("debug"), info: recorder("info"), warn: recorder("warn"), error: recorder("error"), child: () => logger };
+    const api = new FakeApi();
+    for (let i = 0; i < 8; i++) api.readFailures.push(new ApiError("GET", "/run", 401, { message: "Unauthorized" }));
+    const starting = start(api, { logger });
+    await vi.advanceTimersByTimeAsync(30_000);
+    await starting;
+    const waits = lines.filter((l) => l.msg === "cannot read the run yet; trying again");
+    // 8 refusals at 0, 0.2, 0.6, 1.4, 3, 6.2, 11.2 and 16.2 s (200 ms doubling to 5 s): reported
+    // at the first and at the first 10 s later.
+    expect(waits.map((l) => l.fields.tries)).toEqual([1, 7]);
+    expect(waits[0]?.fields).toMatchObject({ code: 401 });
+    expect(String(waits[0]?.fields.error)).toContain("401");
+    expect(lines.find((l) => l.msg === "read the run")?.fields).toMatchObject({ tries: 9 });
+  });
+
   it("refuses to start for an attempt that is already over", async () => {
     const api = new FakeApi({ attempt: 2 });
     await expect(start(api)).rejects.toThrow(FencedError);

@@ -238,7 +238,11 @@ export class Observer {
     const hb = status.heartbeat;
     const accepted = serverWriteTime(run, HEARTBEAT_FIELD);
     const hbKey = hb ? `${hb.attempt}|${hb.time}|${hb.state}` : undefined;
-    if (hb && typeof hb.attempt === "number" && accepted !== undefined && hbKey !== state.heartbeat) {
+    // Only a heartbeat of the attempt the run is on is a sign of life the watchdog owed regard: a
+    // sandbox whose first write lands after its attempt was ended (no admission policy fences it
+    // here) did not make that decision wrong. In a coalesced view (a relist) the write may have
+    // come just before the end; it is then the last of its attempt, and its earlier ones count.
+    if (hb && typeof hb.attempt === "number" && hb.attempt === status.attempt && accepted !== undefined && hbKey !== state.heartbeat) {
       state.heartbeat = hbKey;
       this.heartbeats.push({ runUid: uid, attempt: hb.attempt, acceptedAt: accepted });
     }

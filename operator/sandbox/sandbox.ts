@@ -148,21 +148,20 @@ export class Sandbox {
     const raw = await readOwnRun(client, identity, options.clock ?? Date.now, options.startDeadlineMs ?? START_DEADLINE_MS, log);
     const read = readRun(raw);
     if (!read.ok) throw new Error(`cannot read run ${identity.namespace}/${identity.runName}: ${read.error}`);
-    const sandbox = new Sandbox({ ...options, logger: log }, identity, client, read.run, raw);
+    const sandbox = new Sandbox(options, identity, client, read.run, raw, log);
     for (const problem of read.problems) sandbox.log.warn({ problem }, "ignoring an unreadable sandbox field left in status");
     await sandbox.open(raw);
     return sandbox;
   }
 
-  private constructor(options: SandboxOptions, identity: SandboxIdentity, client: SandboxApi, run: AgentRun, raw: Json) {
+  private constructor(options: SandboxOptions, identity: SandboxIdentity, client: SandboxApi, run: AgentRun, raw: Json, logger: SandboxLogger) {
     this.runName = identity.runName;
     this.namespace = identity.namespace;
     this.attempt = identity.attempt;
     this.options = options;
     this.client = client;
     this.clock = options.clock ?? Date.now;
-    // start() has already bound the run to the logger.
-    this.log = options.logger ?? defaultLogger();
+    this.log = logger;
     this.startedAt = this.clock();
 
     const status = run.status ?? {};

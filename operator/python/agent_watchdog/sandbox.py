@@ -223,7 +223,7 @@ class Sandbox:
             max_tool_calls=max_tool_calls,
             on_nudge=on_nudge,
             on_fenced=on_fenced,
-            logger=log,
+            log=log,
             exit=exit,
             termination_log_path=termination_log_path,
         )
@@ -250,7 +250,7 @@ class Sandbox:
         max_tool_calls: int,
         on_nudge: Optional[Callable[[Nudge], None]],
         on_fenced: Optional[Callable[[str], None]],
-        logger: Any,
+        log: SandboxLogger,
         exit: Optional[Callable[[int], None]],
         termination_log_path: str,
     ) -> None:
@@ -263,7 +263,7 @@ class Sandbox:
         self._owns_client = owns_client
         self._exit_fn = exit
         self._termination_log_path = termination_log_path
-        self._log: SandboxLogger = as_logger(logger).child(namespace=self.namespace, run=self.run_name, attempt=self.attempt)
+        self._log = log
         self._started_wall = time.time()
         self._signal = AbortSignal()
         self._lock = threading.RLock()

@@ -367,7 +367,9 @@ load_ports() {
 # cluster in another state root simply gets random free ports instead.
 ensure_ports() {
 	if load_ports; then
-		return 0
+		saved_ports_usable && return 0
+		aw_log "ports saved in $STATE_DIR are held by processes this state does not know (another cluster left running, or one in another PID namespace); picking new ones"
+		rm -f "$STATE_DIR/ports" "$KUBECONFIG_PATH" "$STATE_DIR"/*.kubeconfig "$STATE_DIR/node/kubelet.kubeconfig"
 	fi
 	aw_snapshot_used_ports
 	ETCD_PORT="$(aw_pick_port 12379)"
@@ -385,6 +387,21 @@ ensure_ports() {
 		KWOK_PORT=$KWOK_PORT
 	EOF
 	mv -f "$STATE_DIR/ports.tmp" "$STATE_DIR/ports"
+}
+
+# Saved ports are ours to reuse while one of our components is alive (it holds them), or while
+# nobody listens on them. A listener we have no record of means the state dir outlived its
+# processes' records while they kept running: starting on those ports would fail at bind.
+saved_ports_usable() {
+	local name port
+	for name in "${CORE_COMPONENTS[@]}" "${NODE_COMPONENTS[@]}"; do
+		proc_alive "$name" && return 0
+	done
+	aw_snapshot_used_ports
+	for port in "$ETCD_PORT" "$ETCD_PEER_PORT" "$APISERVER_PORT" "$KCM_PORT" "$SCHEDULER_PORT" "$KWOK_PORT"; do
+		aw_port_in_use "$port" && return 1
+	done
+	return 0
 }
 
 # OpenSSL configuration of its own, so the certificates do not depend on the

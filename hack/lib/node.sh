@@ -59,7 +59,14 @@ load_node_ports() {
 }
 
 ensure_node_ports() {
-	load_node_ports && return 0
+	if load_node_ports; then
+		# As with the control plane's ports: a listener this state has no record of would make
+		# the kubelet fail at bind.
+		if proc_alive kubelet || { aw_snapshot_used_ports && ! aw_port_in_use "$KUBELET_PORT" && ! aw_port_in_use "$KUBELET_HEALTHZ_PORT"; }; then
+			return 0
+		fi
+		aw_log "the kubelet's saved ports are held by processes this state does not know; picking new ones"
+	fi
 	aw_snapshot_used_ports
 	KUBELET_PORT="$(aw_pick_port 10250 "$APISERVER_PORT")"
 	KUBELET_HEALTHZ_PORT="$(aw_pick_port 10248 "$APISERVER_PORT" "$KUBELET_PORT")"

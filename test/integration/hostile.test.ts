@@ -108,7 +108,11 @@ describe("3. deletion of a run is supervised", () => {
     const created = await waitFor("the run re-applied", async () => {
       if (oldPodGoneAt === undefined && (await gone(client, paths.pod(ns, old.metadata.name)))) oldPodGoneAt = Date.now();
       try {
-        return await createRun(client, ns, runManifest("again", { heartbeatTimeout: "30s" }, template));
+        const taken = await createRun(client, ns, runManifest("again", { heartbeatTimeout: "30s" }, template));
+        // The old sandbox and run may both go between the look above and this create: then the
+        // sandbox must be gone now, or the old run was let go while it still existed.
+        if (oldPodGoneAt === undefined && (await gone(client, paths.pod(ns, old.metadata.name)))) oldPodGoneAt = Date.now();
+        return taken;
       } catch (err) {
         if (err instanceof ApiError && err.code === 409) return undefined;
         throw err;

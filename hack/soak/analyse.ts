@@ -1,6 +1,7 @@
 // The soak's verdict, from the observer's record alone: what broke a promise (each counted once),
 // and the figures (detection latency, failover). Pure, so the self-test can feed it a record with
 // one violation of each kind and check that each is counted exactly once.
+import { CONTACT_MARGIN_MS, CONTACT_POLL_MS, DEFAULT_POD_GRACE_SECONDS, KUBELET_MIN_GRACE_SECONDS } from "../../operator/watchdog/sandboxes.ts";
 import type { FaultRecord, PodRecord, RunRecord, SoakRecord } from "./record.ts";
 
 export const INVARIANTS = ["duplicateSandboxes", "earlyRetries", "falseKills", "lostOrStuckRuns", "ledgerGaps", "sideEffects", "operatorCrashes"] as const;
@@ -163,6 +164,53 @@ export function endStateProblem(run: RunRecord): string | undefined {
   }
 }
 
+/** How often a kubelet renews its node Lease (a quarter of the Lease's 40 s). */
+const NODE_LEASE_RENEW_MS = 10_000;
+/** How long an operator whose connections were dropped takes to list again and see what it missed. */
+const RELIST_MS = 5_000;
+
+/** When the operator may not have seen what became of a pod: no replica led, or its watches were cut or stalled. */
+function blind(record: SoakRecord, noLeader: Interval[]): Interval[] {
+  const out = [...noLeader];
+  for (const fault of record.faults) {
+    if (fault.skipped) continue;
+    if (fault.kind === "watch-cut") out.push({ from: fault.at, to: fault.at + RELIST_MS });
+    if (fault.kind === "watch-stall") out.push({ from: fault.at, to: (fault.until ?? record.endedAt) + RELIST_MS });
+  }
+  return out;
+}
+
+/**
+ * Rule 9's wait for a pod whose end the operator did not see: its object gone with no final
+ * state in view, the pod may still run on its node, so no replacement starts until the node has
+ * been heard from since and the pod's longest grace has passed, with the kubelet's margin
+ * (operator/watchdog/sandboxes.ts). The operator notices the pod gone once it sees again, the node
+ * is heard from at its next Lease renewal (after a pause, once it resumes), and the operator looks
+ * every CONTACT_POLL_MS. A run queued meanwhile waits as it must, not stuck.
+ */
+function unseenEndWaits(record: SoakRecord, pods: PodRecord[], noLeader: Interval[]): Interval[] {
+  const unseen = blind(record, noLeader);
+  const out: Interval[] = [];
+  for (const p of pods) {
+    if (p.goneAt === undefined || !inside(p.terminalAt ?? p.goneAt, unseen)) continue;
+    let noticed = p.goneAt;
+    for (let moved = true; moved; ) {
+      const covering = unseen.find((i) => noticed >= i.from && noticed < i.to);
+      moved = covering !== undefined;
+      if (covering) noticed = covering.to;
+    }
+    let contact = noticed + NODE_LEASE_RENEW_MS;
+    for (const fault of record.faults) {
+      if (fault.kind !== "node-pause" || fault.skipped) continue;
+      const resumed = fault.until ?? record.endedAt;
+      if (fault.at < contact && resumed > noticed) contact = Math.max(contact, resumed + NODE_LEASE_RENEW_MS);
+    }
+    const grace = Math.max(p.graceSeconds ?? DEFAULT_POD_GRACE_SECONDS, KUBELET_MIN_GRACE_SECONDS) * 1000;
+    out.push({ from: p.goneAt, to: contact + CONTACT_POLL_MS + grace + CONTACT_MARGIN_MS });
+  }
+  return out;
+}
+
 function lostOrStuck(record: SoakRecord, noLeader: Interval[]): Violation[] {
   const out: Violation[] = [];
   for (const run of record.runs) {
@@ -174,7 +222,8 @@ function lostOrStuck(record: SoakRecord, noLeader: Interval[]): Violation[] {
   const step = 250;
   for (const run of record.runs) {
     const phases = record.phases.filter((p) => p.runUid === run.uid).sort((a, b) => a.at - b.at);
-    const pods = record.pods.filter((p) => p.runUid === run.uid).map((p) => ({ from: p.seenAt, to: p.goneAt ?? record.endedAt }));
+    const runPods = record.pods.filter((p) => p.runUid === run.uid);
+    const pods = [...runPods.map((p) => ({ from: p.seenAt, to: p.goneAt ?? record.endedAt })), ...unseenEndWaits(record, runPods, noLeader)];
     let waited = 0;
     let reported = false;
     for (let i = 0; i < phases.length; i++) {

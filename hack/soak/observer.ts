@@ -189,6 +189,8 @@ export class Observer {
       };
       this.pods.set(uid, record);
     }
+    const grace = Math.max(Number(pod.spec?.terminationGracePeriodSeconds ?? 30), Number(pod.metadata.deletionGracePeriodSeconds ?? 0));
+    if (Number.isFinite(grace) && grace > (record.graceSeconds ?? -1)) record.graceSeconds = grace;
     if (pod.metadata.deletionTimestamp && record.deletionRequestedAt === undefined) {
       record.deletionRequestedAt = ms(pod.metadata.deletionTimestamp) - 1000 * Number(pod.metadata.deletionGracePeriodSeconds ?? 0);
       record.deletionSeenAt = now;

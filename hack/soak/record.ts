@@ -23,6 +23,8 @@ export interface PodRecord {
   terminalAt?: number;
   /** When this observer saw the pod object go (a DELETED event, or missing from a relist). */
   goneAt?: number;
+  /** The longest grace its kubelet may give it: its terminationGracePeriodSeconds or its deletion's. */
+  graceSeconds?: number;
 }
 
 /** The times at which a pod had a running container on the node (containerd's or the runner's view). */

@@ -54,6 +54,32 @@ describe("soak analysis", () => {
     expect(analyse(record).counts.lostOrStuckRuns).toBe(0);
   });
 
+  it("lets a retry wait out rule 9 for a pod whose end the operator could not see, and no longer", () => {
+    const record = selfTestRecord();
+    const stuck = record.phases.find((p) => p.runUid === "uid-stuck" && p.phase === "Queued")!;
+    const first = record.pods.find((p) => p.name === "stuck-1")!;
+    const second = record.pods.find((p) => p.name === "stuck-2")!;
+    first.graceSeconds = 5;
+    // The pod ends while every operator connection is cut: the operator finds its object gone with
+    // no final state, and waits for the node's next Lease renewal, a look, the grace and the margin.
+    record.faults.push({ kind: "watch-cut", at: first.terminalAt! - 1 * S, detail: "" });
+    const noticed = first.terminalAt! - 1 * S + 5 * S; // the cut's relist
+    const bound = noticed + 10 * S + 10 * S + 5 * S + 22 * S; // Lease renewal, a look, grace, margin
+    second.seenAt = second.createdAt = bound - 1 * S;
+    record.phases.find((p) => p.runUid === "uid-stuck" && p.phase === "Starting")!.at = bound - 1 * S;
+    expect(stuck.retryAfter! < bound).toBe(true);
+    expect(analyse(record).counts.lostOrStuckRuns).toBe(0);
+    // Past the bound, a replica leading, no pod: stuck.
+    second.seenAt = second.createdAt = bound + 16 * S;
+    record.phases.find((p) => p.runUid === "uid-stuck" && p.phase === "Starting")!.at = bound + 16 * S;
+    expect(analyse(record).counts.lostOrStuckRuns).toBe(1);
+    // Seen ending, the pod was confirmed at once: the same wait is stuck.
+    record.faults.pop();
+    second.seenAt = second.createdAt = bound - 1 * S;
+    record.phases.find((p) => p.runUid === "uid-stuck" && p.phase === "Starting")!.at = bound - 1 * S;
+    expect(analyse(record).counts.lostOrStuckRuns).toBe(1);
+  });
+
   it("finds a lost run, and allows a faulted run the restarts its faults cost", () => {
     const run = { name: "x", uid: "u", behaviour: "healthy", heartbeatTimeoutMs: 30 * S, maxRestarts: 2, faulted: [] as string[], transitionsSeen: [], toolCallsSeen: [] };
     expect(endStateProblem(run)).toBe("the run is gone");

@@ -4,29 +4,17 @@
 // API model with it, some 80 MiB of resident memory that an idle operator would carry for nothing.
 // Credentials that need a plugin (exec, auth-provider) still go through client-node, loaded only
 // then.
-import { existsSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
-import { homedir } from "node:os";
 import { join } from "node:path";
 import type { KubeConfig } from "@kubernetes/client-node";
 import type * as Yaml from "yaml";
+import { inCluster, kubeconfigPath, tokenFromFile, type Connection } from "../api/service-account.ts";
+
+export type { Connection } from "../api/service-account.ts";
 
 /** The YAML parser (some 13 MiB resident), loaded only to read a kubeconfig, never in a pod. */
 export const parseYaml = (text: string): unknown => (createRequire(import.meta.url)("yaml") as typeof Yaml).parse(text);
-
-export interface Connection {
-  /** https://host:port, without a trailing slash. */
-  server: string;
-  ca?: Buffer;
-  cert?: Buffer;
-  key?: Buffer;
-  insecure?: boolean;
-  servername?: string;
-  /** The Authorization header, read again for every request that needs one (tokens rotate). */
-  authorization?: (refresh: boolean) => Promise<string | undefined>;
-}
-
-const SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 type Named<T> = { name: string } & T;
 interface ClusterEntry {
@@ -55,15 +43,6 @@ interface KubeconfigFile {
 
 const fileOrData = (file: string | undefined, data: string | undefined, dir: string): Buffer | undefined =>
   data ? Buffer.from(data, "base64") : file ? readFileSync(file.startsWith("/") ? file : join(dir, file)) : undefined;
-
-/** A token that is read from its file again after a 401 or a minute, as client-go does. */
-function tokenFromFile(path: string): Connection["authorization"] {
-  let token: { value: string; at: number } | undefined;
-  return async (refresh) => {
-    if (refresh || !token || Date.now() - token.at > 60_000) token = { value: readFileSync(path, "utf8").trim(), at: Date.now() };
-    return `Bearer ${token.value}`;
-  };
-}
 
 /** Authorization by client-node's own code, for plugins (exec, auth-provider) and whatever a KubeConfig holds. */
 function viaClientNode(load: () => Promise<KubeConfig>, server: string): Connection["authorization"] {
@@ -111,25 +90,10 @@ export function fromKubeconfigFile(path: string): Connection {
   return connection;
 }
 
-/** The connection of the pod's own service account. */
-export function inCluster(env: NodeJS.ProcessEnv = process.env): Connection {
-  const host = env.KUBERNETES_SERVICE_HOST;
-  const port = env.KUBERNETES_SERVICE_PORT ?? "443";
-  if (!host) throw new Error("no kubeconfig ($KUBECONFIG, ~/.kube/config) and not in a pod (KUBERNETES_SERVICE_HOST is not set)");
-  return {
-    server: `https://${host.includes(":") ? `[${host}]` : host}:${port}`,
-    ca: readFileSync(`${SERVICE_ACCOUNT_DIR}/ca.crt`),
-    authorization: tokenFromFile(`${SERVICE_ACCOUNT_DIR}/token`),
-  };
-}
-
 /** $KUBECONFIG (its first file), else ~/.kube/config, else the pod's service account. */
 export function loadConnection(env: NodeJS.ProcessEnv = process.env): Connection {
-  const first = env.KUBECONFIG?.split(":").find(Boolean);
-  if (first) return fromKubeconfigFile(first);
-  const home = join(env.HOME ?? homedir(), ".kube", "config");
-  if (existsSync(home)) return fromKubeconfigFile(home);
-  return inCluster(env);
+  const path = kubeconfigPath(env);
+  return path ? fromKubeconfigFile(path) : inCluster(env);
 }
 
 /** The connection of a client-node KubeConfig (the CLI and the tests hand one over). */

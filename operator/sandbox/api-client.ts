@@ -2,11 +2,17 @@
 // reads it, merge-patches its status and watches it. Plain JSON in and out, and an error that
 // carries the HTTP status and the Status reason, which is what the SDK decides by.
 //
-// Credentials come from @kubernetes/client-node's KubeConfig: $KUBECONFIG, ~/.kube/config, or the
-// pod's service account (a projected token that the kubelet rotates, re-read by the library).
-import { KubeConfig, RequestContext, type HttpMethod } from "@kubernetes/client-node";
-import { fetch, type Dispatcher, type Response } from "undici";
+// Credentials come from $KUBECONFIG or ~/.kube/config, read by @kubernetes/client-node's
+// KubeConfig, else from the pod's service account (a projected token that the kubelet rotates,
+// read again as it does). In a pod, client-node is never loaded: importing it costs about a
+// second of CPU, most of a sandbox's start, and a node starting many sandboxes at once pays it
+// for each before any of them can send its first heartbeat.
+import { createRequire } from "node:module";
+import type * as ClientNode from "@kubernetes/client-node";
+import type { KubeConfig } from "@kubernetes/client-node";
+import { Agent, fetch, type Dispatcher, type Response } from "undici";
 import { GROUP, PLURAL, VERSION } from "../api/agentrun.ts";
+import { inCluster, kubeconfigPath, SERVICE_ACCOUNT_DIR, type Connection } from "../api/service-account.ts";
 import { parseRetryAfter } from "./errors.ts";
 import { timerDelayMs } from "./timers.ts";
 
@@ -119,19 +125,30 @@ interface Credentials {
   at: number;
 }
 
+/** $KUBECONFIG or ~/.kube/config through client-node (loaded only then), else the pod's service account. */
+export function defaultSource(env: NodeJS.ProcessEnv = process.env, serviceAccountDir = SERVICE_ACCOUNT_DIR): KubeConfig | Connection {
+  if (kubeconfigPath(env) === undefined && env.KUBERNETES_SERVICE_HOST) return inCluster(env, serviceAccountDir);
+  const { KubeConfig } = createRequire(import.meta.url)("@kubernetes/client-node") as typeof ClientNode;
+  const kc = new KubeConfig();
+  kc.loadFromDefault();
+  return kc;
+}
+
+const isConnection = (source: KubeConfig | Connection): source is Connection => typeof (source as Connection).server === "string";
+
 export class ApiClient implements SandboxApi {
-  private readonly kc: KubeConfig;
+  private readonly source: KubeConfig | Connection;
   private readonly server: string;
   private credentials: Credentials | undefined;
 
   /** By default from $KUBECONFIG, ~/.kube/config or the pod's service account. */
-  constructor(kc?: KubeConfig) {
-    if (!kc) {
-      kc = new KubeConfig();
-      kc.loadFromDefault();
+  constructor(source: KubeConfig | Connection = defaultSource()) {
+    this.source = source;
+    if (isConnection(source)) {
+      this.server = source.server.replace(/\/$/, "");
+      return;
     }
-    this.kc = kc;
-    const cluster = kc.getCurrentCluster();
+    const cluster = source.getCurrentCluster();
     if (!cluster) throw new Error("no current cluster in the kubeconfig");
     this.server = cluster.server.replace(/\/$/, "");
   }
@@ -224,16 +241,39 @@ export class ApiClient implements SandboxApi {
   /** Auth headers and one shared connection pool, read again after a TTL or a 401. */
   private async credentialsFor(url: URL, refresh: boolean): Promise<Credentials> {
     if (!refresh && this.credentials && Date.now() - this.credentials.at < CREDENTIALS_TTL_MS) return this.credentials;
-    const ctx = new RequestContext(url.toString(), "GET" as HttpMethod);
-    await this.kc.applySecurityAuthentication(ctx);
     const previous = this.credentials?.dispatcher;
-    const fresh = ctx.getDispatcher() as Dispatcher | undefined;
+    const read = isConnection(this.source) ? await connectionCredentials(this.source, refresh, previous) : await kubeConfigCredentials(this.source, url);
     // The TLS material does not change while the process runs; keeping the first pool keeps its
     // connections alive. Only the headers (bearer tokens) are refreshed.
-    if (previous && fresh && fresh !== previous) void fresh.close().catch(() => {});
-    this.credentials = { headers: { ...ctx.getHeaders() }, dispatcher: previous ?? fresh, at: Date.now() };
+    if (previous && read.dispatcher && read.dispatcher !== previous) void read.dispatcher.close().catch(() => {});
+    this.credentials = { headers: read.headers, dispatcher: previous ?? read.dispatcher, at: Date.now() };
     return this.credentials;
   }
+}
+
+type Read = Omit<Credentials, "at">;
+
+/** client-node's own code reads a KubeConfig's credentials (its plugins, its certificate files). */
+async function kubeConfigCredentials(kc: KubeConfig, url: URL): Promise<Read> {
+  const { RequestContext } = await import("@kubernetes/client-node");
+  const ctx = new RequestContext(url.toString(), "GET" as never);
+  await kc.applySecurityAuthentication(ctx);
+  return { headers: { ...ctx.getHeaders() }, dispatcher: ctx.getDispatcher() as Dispatcher | undefined };
+}
+
+/** A Connection's token, and a pool with its TLS material (the one already built, if any). */
+async function connectionCredentials(connection: Connection, refresh: boolean, pool: Dispatcher | undefined): Promise<Read> {
+  const authorization = await connection.authorization?.(refresh);
+  const headers: Record<string, string> = authorization ? { Authorization: authorization } : {};
+  if (pool) return { headers, dispatcher: pool };
+  const tls = {
+    ...(connection.ca ? { ca: connection.ca } : {}),
+    ...(connection.cert ? { cert: connection.cert } : {}),
+    ...(connection.key ? { key: connection.key } : {}),
+    ...(connection.servername ? { servername: connection.servername } : {}),
+    rejectUnauthorized: !connection.insecure,
+  };
+  return { headers, dispatcher: new Agent({ connect: tls }) };
 }
 
 /**

@@ -223,6 +223,9 @@ export class Sandbox {
         lastFailure: this.lastFailure?.reason,
         awaitingApproval: this.approvals.pending !== undefined,
         heartbeatTimeoutMs: this.heartbeat.timeoutMs,
+        // The first heartbeat is due a heartbeatTimeout after the container started: a start this
+        // slow (a node starting many sandboxes at once) is what a kill as hung at start comes from.
+        processUptimeMs: Math.round(process.uptime() * 1000),
       },
       "sandbox started",
     );

@@ -3,6 +3,7 @@
 // policy then narrows that to its own run, own fields and own attempt), no automounted token, and
 // a short-lived token bound to its pod, which is what lets admission tell its pod from a stale one.
 import { API_VERSION, GROUP, KIND, PLURAL, type AgentRun } from "../api/agentrun.ts";
+import { SERVICE_ACCOUNT_DIR } from "../api/service-account.ts";
 
 type Json = Record<string, unknown>;
 
@@ -29,7 +30,7 @@ export const DEFAULT_SANDBOX_IDENTITY: SandboxIdentity = {
 
 export const NAMESPACE_SERVICE_ACCOUNT = "agent-watchdog-sandbox";
 /** Where in-cluster clients look for credentials, so the SDK needs no configuration. */
-export const TOKEN_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount";
+export const TOKEN_MOUNT_PATH = SERVICE_ACCOUNT_DIR;
 const TOKEN_VOLUME = "watchdog-sandbox-token";
 
 /**

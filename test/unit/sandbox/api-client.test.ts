@@ -1,11 +1,17 @@
 // The SDK's own API client against a local HTTP server standing in for the API server: the
 // requests it sends (method, path, query, content type, credentials), the errors it throws, and
 // the watch (events split across chunks, a clean close, silence, an abort).
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { KubeConfig } from "@kubernetes/client-node";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { ApiClient, ApiError, apiErrorCode, isNotFound, isTransient, retryAfterMs, runPaths, type Json } from "../../../operator/sandbox/api-client.ts";
+import type { Connection } from "../../../operator/api/service-account.ts";
+import { ApiClient, ApiError, apiErrorCode, defaultSource, isNotFound, isTransient, retryAfterMs, runPaths, type Json } from "../../../operator/sandbox/api-client.ts";
 import { ApiError as OperatorApiError } from "../../../operator/kube/client.ts";
 
 interface Seen {
@@ -108,6 +114,65 @@ describe("requests", () => {
     handle = (req, res) => (seen.length === 1 ? json(res, 401, { reason: "Unauthorized" }) : json(res, 200, { ok: req.headers.authorization }));
     expect(await client().get("/x")).toEqual({ ok: "Bearer t0k3n" });
     expect(seen).toHaveLength(2);
+  });
+});
+
+describe("in a pod", () => {
+  const dirs: string[] = [];
+  afterEach(() => dirs.splice(0).forEach((dir) => rmSync(dir, { recursive: true, force: true })));
+  function serviceAccount(token: string): string {
+    const dir = mkdtempSync(join(tmpdir(), "sa-"));
+    dirs.push(dir);
+    writeFileSync(join(dir, "token"), `${token}\n`);
+    writeFileSync(join(dir, "ca.crt"), "");
+    return dir;
+  }
+
+  it("takes the service account's address, CA and token when there is no kubeconfig, and reads a rotated token after a 401", async () => {
+    const dir = serviceAccount("first");
+    const env = { KUBERNETES_SERVICE_HOST: "fd00::1", KUBERNETES_SERVICE_PORT: "6443", HOME: dir };
+    expect(defaultSource(env, dir)).toMatchObject({ server: "https://[fd00::1]:6443", ca: Buffer.from("") });
+    const { port } = server.address() as AddressInfo;
+    const source = defaultSource(env, dir) as Connection;
+    const api = new ApiClient({ ...source, server: `http://127.0.0.1:${port}` });
+    handle = (req, res) => (req.headers.authorization === "Bearer first" ? json(res, 401, { reason: "Unauthorized" }) : json(res, 200, { ok: req.headers.authorization }));
+    expect(await api.get("/x").catch((e: unknown) => e)).toMatchObject({ code: 401 });
+    writeFileSync(join(dir, "token"), "rotated\n");
+    expect(await api.get("/x")).toEqual({ ok: "Bearer rotated" });
+    // Each 401 is tried once more with the token read afresh: the first time it has not changed yet.
+    expect(seen.map((r) => r.headers.authorization)).toEqual(["Bearer first", "Bearer first", "Bearer first", "Bearer rotated"]);
+  });
+
+  it("prefers a kubeconfig, as kubectl does", () => {
+    const dir = serviceAccount("t");
+    const kubeconfig = join(dir, "config");
+    writeFileSync(kubeconfig, "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://example.test:1'}}]\nusers: [{name: u, user: {token: x}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n");
+    // client-node reads the process's own environment.
+    const saved = process.env.KUBECONFIG;
+    process.env.KUBECONFIG = kubeconfig;
+    try {
+      const source = defaultSource({ KUBERNETES_SERVICE_HOST: "10.0.0.1", KUBECONFIG: kubeconfig, HOME: dir }, dir) as KubeConfig;
+      expect(source.getCurrentCluster()?.server).toBe("https://example.test:1");
+    } finally {
+      if (saved === undefined) delete process.env.KUBECONFIG;
+      else process.env.KUBECONFIG = saved;
+    }
+  });
+
+  it("never loads @kubernetes/client-node, whose import is most of a sandbox's start-up CPU", () => {
+    const dir = serviceAccount("t");
+    const script = `
+      import { registerHooks } from "node:module";
+      const loaded = [];
+      registerHooks({ resolve(specifier, context, next) { if (specifier.includes("client-node")) loaded.push(specifier); return next(specifier, context); } });
+      const { ApiClient, defaultSource } = await import(${JSON.stringify(pathToFileURL(join(import.meta.dirname, "../../../operator/sandbox/api-client.ts")).href)});
+      await import(${JSON.stringify(pathToFileURL(join(import.meta.dirname, "../../../operator/sandbox/index.ts")).href)});
+      const api = new ApiClient(defaultSource(process.env, ${JSON.stringify(dir)}));
+      await api.get("/x").catch(() => {});
+      console.log(JSON.stringify(loaded));`;
+    const env = { PATH: process.env.PATH, HOME: dir, KUBERNETES_SERVICE_HOST: "127.0.0.1", KUBERNETES_SERVICE_PORT: "1" };
+    const out = execFileSync(process.execPath, ["--no-warnings", "--input-type=module", "-e", script], { env, encoding: "utf8", timeout: 60_000 });
+    expect(JSON.parse(out.trim().split("\n").at(-1) as string)).toEqual([]);
   });
 });
 

@@ -15,6 +15,8 @@
 // hold. The ledger pulls the objects itself through `listRuns` when it needs them: at start,
 // after every reconnect, and after it dropped rows. What neither the buffer nor the objects hold
 // any more is recorded in ledger_gaps and logged, so the ledger says what it could not recover.
+// A dropped usage row is kept whole instead (one per attempt): an ended attempt's spending is in
+// no object, and the row is no bigger than a note of it.
 import { Pool, type PoolClient, type PoolConfig } from "pg";
 import type { BudgetSpec } from "../api/agentrun.ts";
 import type { Json } from "../kube/client.ts";
@@ -529,8 +531,11 @@ export class Ledger {
         const buffered = this.queue.take(Number.MAX_SAFE_INTEGER);
         this.inFlight = buffered.length;
         try {
+          // Dropped usage rows go back in with the first chunk; the upsert keeps each figure's
+          // greatest value, so writing them after what the objects hold lowers nothing.
+          const recovered = i === 0 ? dropped.usage : [];
           const { changed, gaps } = await this.transaction(async (client) => {
-            const changed = await writeRows(client, [...buffered, ...rows]);
+            const changed = await writeRows(client, [...buffered, ...rows, ...recovered]);
             return { changed, gaps: await recordChainGaps(client, uids) };
           });
           found.push(...gaps);
@@ -591,27 +596,32 @@ export class Ledger {
   private takeDropped(skip: ReadonlySet<string>): {
     transitions: DroppedTransitionRef[];
     toolCalls: DroppedToolCallRef[];
+    usage: Row[];
     untracked: { uid: string; namespace: string; name: string; count: number }[];
   } {
     const transitions: DroppedTransitionRef[] = [];
     const toolCalls: DroppedToolCallRef[] = [];
+    const usage: Row[] = [];
     const untracked: { uid: string; namespace: string; name: string; count: number }[] = [];
     for (const [uid, m] of this.runs) {
       if (!m.hasDropped || skip.has(uid)) continue;
       const base = { run_uid: uid, namespace: m.namespace, name: m.name };
       for (const t of m.droppedTransitions) transitions.push({ ...base, time: t.time, phase: t.phase });
       for (const id of m.droppedCalls) toolCalls.push({ ...base, call_id: id });
+      for (const row of m.droppedUsage.values()) usage.push({ kind: "attemptUsage", row });
       if (m.droppedUntracked) untracked.push({ uid, namespace: m.namespace, name: m.name, count: m.droppedUntracked });
       m.droppedTransitions = [];
       m.droppedCalls = new Set();
+      m.droppedUsage = new Map();
       m.droppedUntracked = 0;
     }
-    return { transitions, toolCalls, untracked };
+    return { transitions, toolCalls, usage, untracked };
   }
 
   private restoreDropped(dropped: ReturnType<Ledger["takeDropped"]>): void {
     for (const t of dropped.transitions) this.memory(t.run_uid, t.namespace, t.name).droppedTransitions.push({ time: t.time, phase: t.phase });
     for (const c of dropped.toolCalls) this.memory(c.run_uid, c.namespace, c.name).droppedCalls.add(c.call_id);
+    for (const u of dropped.usage) if (u.kind === "attemptUsage") this.memory(u.row.run_uid, u.row.namespace, u.row.run_name).noteDropped(u);
     for (const u of dropped.untracked) this.memory(u.uid, u.namespace, u.name).droppedUntracked += u.count;
   }
 

@@ -6,7 +6,7 @@
 // entry that is not well-formed is skipped rather than allowed to poison a batch later.
 import { MAX_TRANSITIONS, TOOL_CALL_STATES, type BudgetSpec } from "../api/agentrun.ts";
 import type { Json } from "../kube/client.ts";
-import { hasUsage, UsageMemory, usageRow, type AttemptUsageRow } from "./usage.ts";
+import { hasUsage, mergeUsage, UsageMemory, usageRow, type AttemptUsageRow } from "./usage.ts";
 
 export interface RunRef {
   uid: string;
@@ -212,6 +212,12 @@ export class RunMemory {
   /** Rows dropped from the full buffer, not yet checked against the object and the database. */
   droppedTransitions: DroppedTransition[] = [];
   droppedCalls = new Set<string>();
+  /**
+   * The greatest dropped usage row of each attempt. A usage row is its own figures, so keeping it
+   * costs what a reference would, and the catch-up writes it back: an ended attempt's spending is
+   * in no object any more, and would otherwise be lost.
+   */
+  droppedUsage = new Map<number, AttemptUsageRow>();
   /** Dropped rows beyond MAX_DROPPED_PER_RUN, known only by number. */
   droppedUntracked = 0;
   /** Tick of the last observe or catch-up that touched this run. */
@@ -328,14 +334,16 @@ export class RunMemory {
   }
 
   /**
-   * Notes a row the buffer had to drop, so a catch-up can tell recovered from lost. Usage rows are
-   * not noted: the catch-up rewrites the current attempt's usage from the object, and an ended
-   * attempt's is in no object any more, so what was dropped of it is lost (and counted as such).
+   * Notes a row the buffer had to drop, so a catch-up can tell recovered from lost; a usage row is
+   * kept whole (merged with the attempt's earlier drops), for the catch-up to write back.
    */
   noteDropped(row: Row): void {
-    if (row.kind === "attemptUsage") return;
-    if (this.droppedTransitions.length + this.droppedCalls.size >= MAX_DROPPED_PER_RUN) {
+    const known = row.kind === "attemptUsage" ? this.droppedUsage.get(row.row.attempt) : undefined;
+    if (known === undefined && this.droppedTransitions.length + this.droppedCalls.size + this.droppedUsage.size >= MAX_DROPPED_PER_RUN) {
       this.droppedUntracked++;
+    } else if (row.kind === "attemptUsage") {
+      const seen_at = known && known.seen_at > row.row.seen_at ? known.seen_at : row.row.seen_at;
+      this.droppedUsage.set(row.row.attempt, known ? { ...mergeUsage(known, row.row), seen_at } : row.row);
     } else if (row.kind === "transition") {
       this.droppedTransitions.push({ time: row.row.time, phase: row.row.to_phase });
     } else {
@@ -344,6 +352,6 @@ export class RunMemory {
   }
 
   get hasDropped(): boolean {
-    return this.droppedTransitions.length > 0 || this.droppedCalls.size > 0 || this.droppedUntracked > 0;
+    return this.droppedTransitions.length > 0 || this.droppedCalls.size > 0 || this.droppedUsage.size > 0 || this.droppedUntracked > 0;
   }
 }

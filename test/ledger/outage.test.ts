@@ -310,6 +310,46 @@ it("records the tool calls it dropped that the run no longer holds", async () =>
   expect(gaps.map((g) => [g.kind, g.cause, g.call_id]).sort()).toEqual(lostIds.map((id) => ["tool_call", "dropped", id]).sort());
 });
 
+it("writes back the usage of an ended attempt whose row its full buffer dropped", async () => {
+  // No object holds an ended attempt's usage any more (the heartbeat moved on to the next
+  // attempt), so the ledger keeps the dropped row itself and the catch-up writes it.
+  const [sim] = startRuns(1, "spent") as [RunSim];
+  const { ledger } = openLedger({ maxBufferedRows: 2, listRuns: () => [sim.object()] });
+  sim.report({ inputTokens: 100, outputTokens: 10, cost: "0.01", toolCalls: 1, model: "m" });
+  ledger.observe(sim.object());
+  await complete(ledger, [sim]);
+
+  let grown = 0;
+  await outage(ledger, () => {
+    grown++;
+    sim.report({ inputTokens: 100 + grown, outputTokens: 10 + grown, cost: "0.02", toolCalls: 1 + grown, model: "m" });
+    ledger.observe(sim.object());
+  });
+  const lastOfAttempt1 = { input_tokens: String(100 + grown), output_tokens: String(10 + grown), tool_calls: String(1 + grown), cost: "0.02" };
+  // The attempt ends; the next one's transitions and usage push attempt 1's row out of the buffer.
+  const lostBefore = ledger.lostRows;
+  sim.to("Queued", "HeartbeatTimeout");
+  sim.attempt = 2;
+  sim.to("Starting", "PodCreated").to("Planning");
+  sim.report({ inputTokens: 7, outputTokens: 3, toolCalls: 0, model: "m" });
+  ledger.observe(sim.object());
+  expect(ledger.lostRows).toBeGreaterThan(lostBefore);
+
+  postgres("start");
+  await complete(ledger, [sim]);
+  const usage = () =>
+    db.query<{ attempt: number; input_tokens: string; output_tokens: string; tool_calls: string; cost: string | null }>(
+      "SELECT attempt, input_tokens::text, output_tokens::text, tool_calls::text, cost::text FROM ledger_attempt_usage WHERE run_uid = $1 ORDER BY attempt",
+      [sim.uid],
+    );
+  await waitFor("both attempts' usage stored", async () => (await usage()).length === 2 && ledger.bufferedRows === 0, { timeoutMs: 30_000 });
+  expect(await usage()).toEqual([
+    { attempt: 1, ...lastOfAttempt1 },
+    { attempt: 2, input_tokens: "7", output_tokens: "3", tool_calls: "0", cost: null },
+  ]);
+  expect(await gapRows(sim.uid)).toEqual([]);
+});
+
 it("opens while PostgreSQL is down, keeps retrying, and migrates when it gets through", async () => {
   const fresh = await createDatabase(inject("databaseUrl"), import.meta.filename);
   extraDatabases.push(fresh);

@@ -96,6 +96,25 @@ describe("RunMemory", () => {
     expect(memory.droppedUntracked).toBe(5);
     expect(memory.hasDropped).toBe(true);
   });
+
+  it("keeps one dropped usage row per attempt, each figure at its greatest", () => {
+    const sim = new RunSim("ns", "r").to("Queued").to("Starting").to("Planning");
+    const memory = new RunMemory(runRef(sim.object())!);
+    diff(memory, sim);
+    const usageOf = (usage: Parameters<RunSim["report"]>[0], attempt = 1) => {
+      sim.attempt = attempt;
+      sim.report(usage);
+      return diff(memory, sim).filter((r) => r.kind === "attemptUsage");
+    };
+    for (const row of usageOf({ inputTokens: 10, outputTokens: 5, cost: "0.3", toolCalls: 2 })) memory.noteDropped(row);
+    for (const row of usageOf({ inputTokens: 12, outputTokens: 5, cost: "0.3", toolCalls: 3 })) memory.noteDropped(row);
+    for (const row of usageOf({ inputTokens: 1, outputTokens: 1, toolCalls: 0 }, 2)) memory.noteDropped(row);
+    expect([...memory.droppedUsage.values()].map((u) => [u.attempt, u.input_tokens, u.output_tokens, u.tool_calls, u.cost])).toEqual([
+      [1, 12, 5, 3, "0.3"],
+      [2, 1, 1, 0, null],
+    ]);
+    expect(memory.hasDropped).toBe(true);
+  });
 });
 
 describe("RowQueue", () => {

@@ -141,9 +141,10 @@ describe("attempt usage rows", () => {
     const memory = fresh();
     memory.remember(rows);
     expect(usageRows(memory, run)).toEqual([]);
-    // Dropped usage rows are counted as lost by the ledger, not tracked for gaps.
+    // A dropped usage row is kept whole, for the next catch-up to write back.
     memory.noteDropped(rows[0]!);
-    expect(memory.hasDropped).toBe(false);
+    expect(memory.hasDropped).toBe(true);
+    expect([...memory.droppedUsage.values()]).toEqual([rows[0]!.row]);
   });
 
   it("remembers a bounded number of attempts, forgetting the oldest", () => {

@@ -13,6 +13,20 @@
 //      status.spent and watch the budget (policy/budget.ts); end a request the run no longer waits
 //      on; keep the finalizer while a sandbox may run; derive conditions and transitions; cut
 //      everything to the CRD's limits; diff against what is stored.
+//
+// RULES: the design's watchdog rules, where the code cites them, and the module that holds each.
+//    1  Queued, retry-after passed, not suspended: create the sandbox pod    policy/queued.ts
+//    2  Hung: no heartbeat for heartbeatTimeout, on the server's clock       liveness.ts, policy/running.ts
+//    3  Crashed: the agent exited non-zero, the pod failed or vanished        policy/running.ts, policy/failure.ts
+//    4  Rate limited: requeue on rateLimitBackoff, no restart spent          tool-calls.ts, policy/failure.ts
+//    5  Restart allowance spent: NeedsHumanIntervention, no pod              policy/failure.ts
+//    6  Tool loop: the same failing call maxConsecutiveToolFailures times    tool-calls.ts, policy/running.ts
+//    7  Stall: nudge after stall.timeout of silence, then a person           stall.ts, policy/running.ts
+//    8  Resume: a new watchdog.dev/resume starts a fresh attempt             policy/lifecycle.ts
+//    9  Never two sandboxes: a pod is confirmed gone before a replacement    sandboxes.ts, policy/queued.ts
+//   10  Idempotent side effects: an unknown non-idempotent outcome stops     policy/failure.ts (and the SDKs)
+//   11  Approvals: answers bind to the pending request; never hung           answers.ts, policy/awaiting.ts
+//   12  No input wedges a kill: everything written fits the CRD's limits     bounds.ts, observe.ts
 import { ACTIVE_PHASES, type AgentRunStatus, type Phase } from "../api/agentrun.ts";
 import { ANNOTATIONS, FINALIZER } from "../api/annotations.ts";
 import { effectiveBudget, resolveBudget, resolveWatchdog, toSettings, type InstallDefaults } from "../api/defaults.ts";

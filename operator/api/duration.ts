@@ -67,6 +67,11 @@ export function parseDuration(text: string): number {
   return Number(nanos) / 1e6;
 }
 
+/** Time elapsed in whole seconds, "3m12s": never rounded up past what has elapsed. */
+export function formatElapsed(ms: number): string {
+  return ms < 1000 ? "0s" : formatDuration(Math.floor(ms / 1000) * 1000);
+}
+
 /** The shortest readable form of a millisecond count, e.g. 90000 -> "1m30s". */
 export function formatDuration(ms: number): string {
   if (ms < 1000) return `${Math.round(ms)}ms`;

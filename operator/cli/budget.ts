@@ -7,7 +7,7 @@
 import { BudgetSpec, EffectiveBudget, Spent, Usage, type BudgetLimit, type Heartbeat } from "../api/agentrun.ts";
 import { formatDecimal } from "../api/decimal.ts";
 import { resolveBudget, type BudgetSettings } from "../api/defaults.ts";
-import { formatDuration } from "../api/duration.ts";
+import { formatElapsed } from "../api/duration.ts";
 import type { Json } from "../kube/client.ts";
 import { exhausted, measures, spending, spentFigures, usageFigures, unfoldedUsage, type Figures } from "../watchdog/budget.ts";
 
@@ -23,6 +23,8 @@ export interface BudgetLine {
   exhausted: boolean;
   /** "82000 of 100000 tokens spent" */
   text: string;
+  /** For the wall clock: the limit in milliseconds, so a page can move the line on by itself. */
+  allowedMs?: number;
 }
 
 /** Figures as shown: tokens and calls as counts, cost as a decimal string. */
@@ -44,6 +46,10 @@ export interface BudgetReport {
   currency?: string;
   /** Time since the run's first start. */
   elapsed?: string;
+  /** The same in milliseconds, as of `now`. */
+  elapsedMs?: number;
+  /** Whether that clock still runs (the run has started and not finished). */
+  clockRunning?: boolean;
   /** Each limit the effective budget sets, in the order a breach names them. */
   limits: BudgetLine[];
 }
@@ -68,9 +74,6 @@ function asPrecise(amount: string, like: string): string {
   const [whole, fraction = ""] = amount.split(".");
   return fraction.length >= want ? amount : `${whole}.${fraction.padEnd(want, "0")}`;
 }
-
-/** "3m12s", never rounded up past what has elapsed. */
-const wholeSeconds = (ms: number) => (ms < 1000 ? "0s" : formatDuration(Math.floor(ms / 1000) * 1000));
 
 const shown = (f: Figures): ShownFigures => ({ inputTokens: f.inputTokens, outputTokens: f.outputTokens, cost: formatDecimal(f.cost), toolCalls: f.toolCalls });
 
@@ -128,9 +131,11 @@ export function budgetReport(run: Json, now: number): BudgetReport | undefined {
   const limits = effective
     ? measures(settings, total, elapsedMs).map((m): BudgetLine => {
         const allowed = m.stated;
-        const used = m.limit === "cost" ? `${asPrecise(formatDecimal(m.used), settings.cost?.amount ?? "")} ${settings.cost?.currency ?? ""}`.trimEnd() : m.limit === "wallClock" ? wholeSeconds(Number(m.used)) : String(m.used);
+        const used = m.limit === "cost" ? `${asPrecise(formatDecimal(m.used), settings.cost?.amount ?? "")} ${settings.cost?.currency ?? ""}`.trimEnd() : m.limit === "wallClock" ? formatElapsed(Number(m.used)) : String(m.used);
         const fraction = m.allowed === 0n ? 1 : Number((m.used * 10_000n) / m.allowed) / 10_000;
-        return { limit: m.limit, used, allowed, fraction, exhausted: exhausted(m), text: m.describe(m.used) };
+        const line: BudgetLine = { limit: m.limit, used, allowed, fraction, exhausted: exhausted(m), text: m.describe(m.used) };
+        if (m.limit === "wallClock") line.allowedMs = Number(m.allowed);
+        return line;
       })
     : [];
   const nothingSpent = total.inputTokens === 0 && total.outputTokens === 0 && total.cost === 0n && total.toolCalls === 0;
@@ -142,6 +147,10 @@ export function budgetReport(run: Json, now: number): BudgetReport | undefined {
     limits,
   };
   if (settings.cost) report.currency = settings.cost.currency;
-  if (elapsedMs !== undefined) report.elapsed = wholeSeconds(elapsedMs);
+  if (elapsedMs !== undefined) {
+    report.elapsed = formatElapsed(elapsedMs);
+    report.elapsedMs = elapsedMs;
+    report.clockRunning = Number.isNaN(ended);
+  }
   return report;
 }

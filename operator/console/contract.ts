@@ -49,6 +49,8 @@ export interface BudgetLineSummary {
   text: string;
   /** "82000/100000 tokens", the list's BUDGET column */
   cell: string;
+  /** For the wall clock: the limit in milliseconds, so the page moves the line on between versions. */
+  allowedMs?: number;
 }
 
 /** Spending: tokens and calls as counts, cost as a decimal string in the budget's currency. */
@@ -76,4 +78,8 @@ export interface BudgetSummary {
   currency?: string;
   /** Time since the run's first start ("3m12s"), as of when the server last saw the run. */
   elapsed?: string;
+  /** The same in milliseconds. The page adds the time since it received it while `clockRunning`. */
+  elapsedMs?: number;
+  /** The run has started and not finished, so its elapsed time keeps growing. */
+  clockRunning?: boolean;
 }

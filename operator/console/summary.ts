@@ -41,6 +41,10 @@ export function budgetSummary(run: Json, now: number): BudgetSummary | undefined
   if (nearest) summary.nearest = shown(nearest);
   if (report.currency) summary.currency = report.currency;
   if (report.elapsed) summary.elapsed = report.elapsed;
+  if (report.elapsedMs !== undefined) {
+    summary.elapsedMs = report.elapsedMs;
+    summary.clockRunning = report.clockRunning === true;
+  }
   return summary;
 }
 

@@ -247,6 +247,26 @@ describe("a run's budget", () => {
   });
 });
 
+describe("a run's wall clock", () => {
+  it("keeps moving on the run's page between versions of the run, even with the page offline", async () => {
+    await createRun(client, ns, runManifest("clocked", quick, { budget: { wallClock: "1h" } }));
+    await waitFor("clocked started", async () => typeof (await getRun(client, ns, "clocked")).status?.startTime === "string");
+    const page = await open(admin, `#/runs/${ns}/clocked`);
+    const budget = page.locator('section[aria-labelledby="sec-budget"]');
+    const elapsed = budget.locator("div.field", { has: page.locator("dt", { hasText: /^Elapsed$/ }) }).locator("dd");
+    const line = budget.locator('li[data-limit="wallClock"]');
+    await expect.poll(() => elapsed.textContent(), { timeout: 15_000 }).toMatch(/ since the first start$/);
+    // Offline, no new version of the run can reach the page: what moves, the page moves itself.
+    await page.context().setOffline(true);
+    const before = { elapsed: await elapsed.textContent(), line: await line.textContent() };
+    expect(before.line).toMatch(/ of 1h since the run's first start/);
+    await expect.poll(() => elapsed.textContent(), { timeout: 10_000 }).not.toBe(before.elapsed);
+    await expect.poll(() => line.textContent(), { timeout: 10_000 }).not.toBe(before.line);
+    await page.context().setOffline(false);
+    await client.delete(paths.run(ns, "clocked"));
+  });
+});
+
 describe("the queue", () => {
   it("resumes a run that needs a person, and says what it did", async () => {
     const page = await open(admin, "#/queue");

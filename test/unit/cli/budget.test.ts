@@ -76,14 +76,16 @@ describe("budgetReport", () => {
   it("stops the wall clock at a finished run's completionTime", () => {
     const r = run({ status: { phase: "Completed", attempt: 1, startTime: iso(T0), completionTime: iso(T0 + 192 * S), budget: { wallClock: "1h", warnAt: 0.8 } } });
     const report = budgetReport(r, T0 + 5 * 3600 * S);
-    expect(report?.elapsed).toBe("3m12s");
+    expect(report).toMatchObject({ elapsed: "3m12s", elapsedMs: 192 * S, clockRunning: false });
     expect(report?.limits).toEqual([
-      { limit: "wallClock", used: "3m12s", allowed: "1h", fraction: 0.0533, exhausted: false, text: "3m12s of 1h since the run's first start" },
+      { limit: "wallClock", used: "3m12s", allowed: "1h", fraction: 0.0533, exhausted: false, text: "3m12s of 1h since the run's first start", allowedMs: 3600 * S },
     ]);
     expect(lineCell(report!.limits[0]!)).toBe("3m12s/1h");
-    // Still running, it counts on to now (in whole seconds, never rounded up).
+    // Still running, it counts on to now (in whole seconds, never rounded up), and says its clock runs.
     delete r.status.completionTime;
-    expect(budgetReport(r, T0 + 3600 * S + 999)?.limits[0]).toMatchObject({ used: "1h", fraction: 1.0002, exhausted: true });
+    const running = budgetReport(r, T0 + 3600 * S + 999);
+    expect(running?.limits[0]).toMatchObject({ used: "1h", fraction: 1.0002, exhausted: true });
+    expect(running).toMatchObject({ elapsedMs: 3600 * S + 999, clockRunning: true });
   });
 
   it("marks a limit reached, and a limit of 0 reached before anything is spent", () => {

@@ -1,8 +1,10 @@
 // A run's budget as the pages show it: a bar per limit, coloured as the operator's Events go
 // (BudgetWarning from warnAt of a limit, BudgetExhausted once it is reached), and the spending
 // behind it. The server works the figures out (BudgetSummary): the page only draws them.
+import { formatElapsed } from "../../../api/duration.ts";
 import type { BudgetFigures, BudgetLimitName, BudgetLineSummary, BudgetSummary } from "./api.ts";
 import { Field } from "./common.tsx";
+import { useElapsed } from "./tick.tsx";
 
 /** The limit as the operator's messages name it: "token budget exhausted: ...". */
 const BUDGET_NAMES: Record<BudgetLimitName, string> = {
@@ -75,9 +77,23 @@ function figures(f: BudgetFigures, currency: string | undefined): string {
   return `${f.inputTokens} input + ${f.outputTokens} output tokens, ${cost}${f.toolCalls} tool calls`;
 }
 
+/**
+ * The wall-clock line moved on to `elapsedMs`: between versions of the run nothing else changes,
+ * but its clock runs. Whether it is exhausted stays the operator's word.
+ */
+function movedOn(line: BudgetLineSummary, elapsedMs: number | undefined, warnAt: number): BudgetLineSummary {
+  if (line.limit !== "wallClock" || line.allowedMs === undefined || elapsedMs === undefined) return line;
+  const fraction = Math.max(line.fraction, line.allowedMs <= 0 ? 1 : Math.floor((elapsedMs * 10_000) / line.allowedMs) / 10_000);
+  const used = formatElapsed(elapsedMs);
+  // The text starts with the time used ("3m12s of 1h since the run's first start").
+  return { ...line, used, fraction, warned: line.warned || fraction >= warnAt, text: line.text.replace(/^\S+/, used) };
+}
+
 /** The run page's section: each limit with its bar, then where the spending comes from. */
 export function BudgetSection({ budget, attempt }: { budget: BudgetSummary; attempt: number | undefined }) {
-  const { limits, ended, currency } = budget;
+  const { ended, currency } = budget;
+  const elapsedMs = useElapsed(budget.elapsedMs, budget.clockRunning === true);
+  const limits = budget.limits.map((line) => movedOn(line, elapsedMs, budget.warnAt));
   return (
     <section aria-labelledby="sec-budget" class="budget">
       <h2 id="sec-budget">Budget</h2>
@@ -110,7 +126,7 @@ export function BudgetSection({ budget, attempt }: { budget: BudgetSummary; atte
           {figures(budget.current, currency)}
         </Field>
         <Field label="Currency">{currency}</Field>
-        <Field label="Elapsed">{budget.elapsed ? `${budget.elapsed} since the first start` : undefined}</Field>
+        <Field label="Elapsed">{elapsedMs !== undefined ? `${formatElapsed(elapsedMs)} since the first start` : budget.elapsed ? `${budget.elapsed} since the first start` : undefined}</Field>
       </dl>
     </section>
   );

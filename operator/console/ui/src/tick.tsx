@@ -8,7 +8,7 @@
 // size-contained box (CSS .tick) so that its new text does not lay out the whole table again.
 // The text node is the one Preact rendered, so the row's next render simply writes the
 // then-current age over it.
-import { useEffect, useState } from "preact/hooks";
+import { useEffect, useMemo, useState } from "preact/hooks";
 import { ageAt } from "./format.ts";
 
 type Listener = (now: number) => void;
@@ -99,6 +99,23 @@ export function useAge(iso: string | undefined): string {
     return subscribe((now) => setText(ageAt(iso, now)));
   }, [iso]);
   return text;
+}
+
+/**
+ * A duration the server measured (`ms`, as of when that value arrived), kept growing every second
+ * while `running`. The growth is counted on the page's monotonic clock from the value's arrival, so
+ * a browser whose clock disagrees with the server's still shows the server's figure moving on.
+ */
+export function useElapsed(ms: number | undefined, running: boolean): number | undefined {
+  const arrived = useMemo(() => performance.now(), [ms]);
+  const [now, setNow] = useState(arrived);
+  useEffect(() => {
+    setNow(performance.now());
+    if (ms === undefined || !running) return undefined;
+    return subscribe(() => setNow(performance.now()));
+  }, [ms, running]);
+  if (ms === undefined) return undefined;
+  return running ? ms + Math.max(0, now - arrived) : ms;
 }
 
 export function Age({ since }: { since: string | undefined }) {

@@ -18,6 +18,17 @@ export interface Connection {
   authorization?: (refresh: boolean) => Promise<string | undefined>;
 }
 
+/** A Connection's TLS material, as node:https's and undici's agents both take it. */
+export function tlsOptions(connection: Connection): { ca?: Buffer; cert?: Buffer; key?: Buffer; servername?: string; rejectUnauthorized: boolean } {
+  return {
+    ...(connection.ca ? { ca: connection.ca } : {}),
+    ...(connection.cert ? { cert: connection.cert } : {}),
+    ...(connection.key ? { key: connection.key } : {}),
+    ...(connection.servername ? { servername: connection.servername } : {}),
+    rejectUnauthorized: !connection.insecure,
+  };
+}
+
 /** Where the kubelet mounts a pod's service account token, its namespace and the cluster's CA. */
 export const SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount";
 

@@ -5,6 +5,7 @@
 import { Agent, request as httpsRequest, type RequestOptions as HttpsRequestOptions } from "node:https";
 import type { IncomingMessage } from "node:http";
 import type { KubeConfig } from "@kubernetes/client-node";
+import { tlsOptions } from "../api/service-account.ts";
 import { fromKubeConfig, loadConnection, type Connection } from "./connection.ts";
 import { ServerClock } from "./server-clock.ts";
 
@@ -79,14 +80,7 @@ export class KubeClient {
     this.connection = source === undefined ? loadConnection() : isKubeConfig(source) ? fromKubeConfig(source) : source;
     this.server = this.connection.server;
     // One pool of kept-alive connections for every request and watch.
-    this.agent = new Agent({
-      keepAlive: true,
-      ...(this.connection.ca ? { ca: this.connection.ca } : {}),
-      ...(this.connection.cert ? { cert: this.connection.cert } : {}),
-      ...(this.connection.key ? { key: this.connection.key } : {}),
-      ...(this.connection.servername ? { servername: this.connection.servername } : {}),
-      rejectUnauthorized: !this.connection.insecure,
-    });
+    this.agent = new Agent({ keepAlive: true, ...tlsOptions(this.connection) });
   }
 
   onRequest(observer: RequestObserver): void {

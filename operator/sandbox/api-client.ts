@@ -12,7 +12,7 @@ import type * as ClientNode from "@kubernetes/client-node";
 import type { KubeConfig } from "@kubernetes/client-node";
 import { Agent, fetch, type Dispatcher, type Response } from "undici";
 import { GROUP, PLURAL, VERSION } from "../api/agentrun.ts";
-import { inCluster, kubeconfigPath, SERVICE_ACCOUNT_DIR, type Connection } from "../api/service-account.ts";
+import { inCluster, kubeconfigPath, SERVICE_ACCOUNT_DIR, tlsOptions, type Connection } from "../api/service-account.ts";
 import { parseRetryAfter } from "./errors.ts";
 import { timerDelayMs } from "./timers.ts";
 
@@ -265,15 +265,7 @@ async function kubeConfigCredentials(kc: KubeConfig, url: URL): Promise<Read> {
 async function connectionCredentials(connection: Connection, refresh: boolean, pool: Dispatcher | undefined): Promise<Read> {
   const authorization = await connection.authorization?.(refresh);
   const headers: Record<string, string> = authorization ? { Authorization: authorization } : {};
-  if (pool) return { headers, dispatcher: pool };
-  const tls = {
-    ...(connection.ca ? { ca: connection.ca } : {}),
-    ...(connection.cert ? { cert: connection.cert } : {}),
-    ...(connection.key ? { key: connection.key } : {}),
-    ...(connection.servername ? { servername: connection.servername } : {}),
-    rejectUnauthorized: !connection.insecure,
-  };
-  return { headers, dispatcher: new Agent({ connect: tls }) };
+  return { headers, dispatcher: pool ?? new Agent({ connect: tlsOptions(connection) }) };
 }
 
 /**

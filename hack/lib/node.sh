@@ -477,7 +477,7 @@ node_status() {
 node_shim_pids() {
 	local dir cmdline
 	for dir in /proc/[0-9]*; do
-		cmdline="$(tr '\0' ' ' <"$dir/cmdline" 2>/dev/null)" || continue
+		cmdline="$(tr '\0' ' ' 2>/dev/null <"$dir/cmdline")" || continue
 		[[ "$cmdline" == *containerd-shim* && "$cmdline" == *"$CONTAINERD_SOCK"* ]] && printf '%s\n' "${dir#/proc/}"
 	done
 	return 0

@@ -16,12 +16,10 @@ import { paths, type Json } from "../operator/kube/client.ts";
 import { emailsByRun } from "./demo/judge.ts";
 import { FINAL_PHASES } from "./demo/driver.ts";
 import { APPROVAL_ANSWER, manifestFor, type Behaviour } from "./demo/scenario.ts";
-import { analyse } from "./soak/analyse.ts";
 import { apply, random, schedule, type FaultContext } from "./soak/faults.ts";
 import { Observer } from "./soak/observer.ts";
-import type { FaultRecord, LedgerRecord, SoakRecord } from "./soak/record.ts";
-import { jsonLine, table } from "./soak/report.ts";
-import { selfTest } from "./soak/self-test.ts";
+import type { AnswerRecord, FaultRecord, LedgerRecord, SoakRecord } from "./soak/record.ts";
+import { judge, selfTestText } from "./soak/verdict.ts";
 import { LEASE_NAME, soakWorld, type SoakWorld } from "./soak/world.ts";
 import { stateRoot } from "./sandbox-runner.ts";
 
@@ -37,15 +35,21 @@ const USAGE = `usage: npm run soak -- [--runs 60] [--duration 5m] [--node kubele
                     printed, so that a soak can be played again)
   --settle D        how long the runs may take to settle after the faults (default 5m)
   --namespace NAME  where the runs go (default agent-watchdog-soak); it is recreated
-  --self-test       analyse a made-up record with one violation of each kind; exit 0 only when
-                    each is counted exactly once
-  --record FILE     analyse again the record.json an earlier soak left in its directory
+  --repeat N        run N soaks one after another, the first with --seed and the next with seeds
+                    drawn from it; stop at the first that breaks a promise, keeping its history
+  --self-test       the checker's own test (as npm run check-history -- --self-test)
+  --record FILE     judge again a history an earlier soak wrote (as npm run check-history -- FILE)
 
 Faults: SIGKILL of the leading replica every 30 s (a graceful rollout every fourth time),
 operator connections cut every 45 s, an agent process killed every 40 s; every five minutes a
 409 storm on the runs' metadata, the leader's connections stalled for 20 s, kube-apiserver and
 etcd killed and restarted, the node paused for 30 to 90 s (kubelet only), PostgreSQL stopped for
-60 s; one run in ten has a sandbox clock 10 minutes fast.
+60 s; one run in ten has a sandbox clock 10 minutes fast; about half the approval requests first get
+a stray answer naming another request, which must be refused.
+
+Each soak writes its history (history.json: pods, containers as containerd ran them, heartbeats,
+phases, tool calls, approvals asked and answered, the ledger's rows, faults) to its directory and
+takes its verdict from the checker, \`npm run check-history\`, on that file.
 
 Output: a table, then one JSON line. Exit 0 when every invariant held and the runs settled.
 `;
@@ -88,10 +92,23 @@ function manifest(world: SoakWorld, run: PlannedRun): Json {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** Answers every pending approval a few seconds after it is asked, with the request's id. */
-function approver(world: SoakWorld): { stop(): Promise<void> } {
+/**
+ * Answers every pending approval a few seconds after it is asked, with the request's id. Before
+ * about half of them it first gives a stray answer (rule 11's hostile case): one naming a request
+ * that is not pending, with a text of its own, which the operator must refuse and never apply.
+ * Every answer is written down before it is sent, for the checker.
+ */
+function approver(world: SoakWorld, rand: () => number, faults: FaultRecord[]): { answers: AnswerRecord[]; stop(): Promise<void> } {
   let stopped = false;
+  const answers: AnswerRecord[] = [];
   const pendingSince = new Map<string, number>();
+  const strayed = new Set<string>();
+  const answer = (run: string, requestId: string, text: string, stray: boolean) => {
+    answers.push({ run, requestId, answer: text, at: Date.now(), ...(stray ? { stray } : {}) });
+    return world.client
+      .mergePatch(paths.run(world.namespace, run), { metadata: { annotations: { "watchdog.dev/approve": text, "watchdog.dev/approval-id": requestId } } })
+      .catch(() => undefined);
+  };
   const loop = (async () => {
     while (!stopped) {
       try {
@@ -102,10 +119,17 @@ function approver(world: SoakWorld): { stop(): Promise<void> } {
           const key = `${run.metadata.name}/${approval.id}`;
           const since = pendingSince.get(key) ?? Date.now();
           pendingSince.set(key, since);
+          if (!strayed.has(key)) {
+            strayed.add(key);
+            if (rand() < 0.5) {
+              const named = `stray-${strayed.size}`;
+              faults.push({ kind: "stray-answer", at: Date.now(), detail: `${run.metadata.name}: an answer naming ${named} while ${approval.id} is pending` });
+              await answer(run.metadata.name, named, `stray answer ${strayed.size}`, true);
+              continue;
+            }
+          }
           if (Date.now() - since < 3000) continue;
-          await world.client
-            .mergePatch(paths.run(world.namespace, run.metadata.name), { metadata: { annotations: { "watchdog.dev/approve": APPROVAL_ANSWER, "watchdog.dev/approval-id": approval.id } } })
-            .catch(() => undefined);
+          await answer(run.metadata.name, approval.id, APPROVAL_ANSWER, false);
         }
       } catch {
         // the API server may be down for a moment: ask again
@@ -114,6 +138,7 @@ function approver(world: SoakWorld): { stop(): Promise<void> } {
     }
   })();
   return {
+    answers,
     async stop() {
       stopped = true;
       await loop;
@@ -137,6 +162,15 @@ async function readLedger(databaseUrl: string, namespace: string): Promise<Ledge
   }
 }
 
+interface SoakOptions {
+  runs: number;
+  durationMs: number;
+  settleMs: number;
+  node: "kubelet" | "kwok";
+  seed: number;
+  namespace: string;
+}
+
 async function main(argv: string[]): Promise<number> {
   const { values } = parseArgs({
     args: argv,
@@ -147,6 +181,7 @@ async function main(argv: string[]): Promise<number> {
       seed: { type: "string" },
       settle: { type: "string" },
       namespace: { type: "string" },
+      repeat: { type: "string" },
       record: { type: "string" },
       "self-test": { type: "boolean" },
       help: { type: "boolean", short: "h" },
@@ -157,30 +192,45 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   if (values["self-test"]) {
-    const result = selfTest();
-    for (const [invariant, n] of Object.entries(result.counts)) process.stdout.write(`  ${invariant.padEnd(20)} injected 1, counted ${n}${n === 1 ? "" : "  <-- wrong"}\n`);
-    process.stdout.write(result.ok ? "self-test passed: each injected violation was counted exactly once\n" : "self-test FAILED\n");
+    const result = selfTestText();
+    process.stdout.write(result.text);
     return result.ok ? 0 : 1;
   }
   if (values.record) {
-    // A saved record (record.json of an earlier soak), analysed again.
-    const saved = JSON.parse(readFileSync(values.record, "utf8")) as SoakRecord;
-    const findings = analyse(saved);
-    const summary = { seed: saved.seed ?? Number(values.seed ?? NaN), node: saved.node, runs: saved.runs.length, durationMs: Number(values.duration ? parseDuration(values.duration) : saved.endedAt - saved.startedAt), settled: saved.runs.every((r) => FINAL_PHASES.has(r.final?.phase ?? "")), faults: saved.faults, findings, samples: 0 };
-    process.stdout.write(`${table(summary)}\n${jsonLine(summary)}\n`);
-    return findings.violations.length === 0 ? 0 : 1;
+    // A saved history, judged again: what `npm run check-history` does.
+    const verdict = judge(JSON.parse(readFileSync(values.record, "utf8")) as SoakRecord, { path: values.record });
+    process.stdout.write(verdict.text);
+    return verdict.ok ? 0 : 1;
   }
   const runs = Number(values.runs ?? 60);
-  const durationMs = parseDuration(values.duration ?? "5m");
-  const settleMs = parseDuration(values.settle ?? "5m");
   const node = values.node ?? "kubelet";
-  const seed = values.seed !== undefined ? Number(values.seed) : Math.floor(Math.random() * 2 ** 31);
-  const namespace = values.namespace ?? "agent-watchdog-soak";
+  const repeat = Number(values.repeat ?? 1);
+  const firstSeed = values.seed !== undefined ? Number(values.seed) : Math.floor(Math.random() * 2 ** 31);
   if (!Number.isInteger(runs) || runs < 1) throw new Error(`--runs ${values.runs} must be a positive whole number`);
   if (node !== "kubelet" && node !== "kwok") throw new Error(`--node ${node} must be kubelet or kwok`);
-  if (!Number.isInteger(seed)) throw new Error(`--seed ${values.seed} must be a whole number`);
+  if (!Number.isInteger(firstSeed)) throw new Error(`--seed ${values.seed} must be a whole number`);
+  if (!Number.isInteger(repeat) || repeat < 1) throw new Error(`--repeat ${values.repeat} must be a positive whole number`);
+  const options = { runs, node, durationMs: parseDuration(values.duration ?? "5m"), settleMs: parseDuration(values.settle ?? "5m"), namespace: values.namespace ?? "agent-watchdog-soak" } as const;
+  const seeds = random(firstSeed);
+  for (let i = 1; i <= repeat; i++) {
+    // The first soak takes the given seed; the next ones new seeds drawn from it, so that the
+    // whole series plays again from one number.
+    const seed = i === 1 ? firstSeed : Math.floor(seeds() * 2 ** 31);
+    if (repeat > 1) process.stderr.write(`[soak] ${i} of ${repeat}, seed ${seed}\n`);
+    const code = await soakOnce({ ...options, seed });
+    if (code !== 0) {
+      if (repeat > 1) process.stderr.write(`[soak] stopped at soak ${i} of ${repeat} (seed ${seed}): its history is kept for npm run check-history\n`);
+      return code;
+    }
+  }
+  if (repeat > 1) process.stderr.write(`[soak] all ${repeat} soaks broke no promise\n`);
+  return 0;
+}
 
+/** One soak: its world, its runs and faults, its history written, then the checker's verdict. */
+async function soakOnce({ runs, durationMs, settleMs, node, seed, namespace }: SoakOptions): Promise<number> {
   const dir = join(stateRoot(), "soak", `${Date.now()}`);
+  const historyFile = join(dir, "history.json");
   mkdirSync(dir, { recursive: true });
   const log = (line: string) => process.stderr.write(`[soak ${new Date().toISOString().slice(11, 19)}] ${line}\n`);
   log(`seed ${seed}; files in ${dir}`);
@@ -206,7 +256,7 @@ async function main(argv: string[]): Promise<number> {
     const completes = new Set(["healthy", "crash", "rate-limited", "side-effect-then-crash"]);
     const killable = new Set(planned.filter((r) => completes.has(r.behaviour)).map((r) => r.name));
     for (const r of planned.filter((p) => p.skewed)) faults.push({ kind: "clock-skew", at: startedAt + r.at, detail: `${r.name}: sandbox clock 10 minutes fast` });
-    const answering = approver(world);
+    const answering = approver(world, rand, faults);
     const creating = (async () => {
       for (const run of planned) {
         await sleep(Math.max(0, startedAt + run.at - Date.now()));
@@ -278,18 +328,21 @@ async function main(argv: string[]): Promise<number> {
       ledger,
       emails: Object.fromEntries(await emailsByRun(world.outboxDir)),
       leases: observer.leases,
+      approvals: observer.approvals(),
+      answers: answering.answers,
       faults: faults.sort((a, b) => a.at - b.at),
       operatorExits: world.operatorExits,
     };
-    writeFileSync(join(dir, "record.json"), JSON.stringify(record));
+    writeFileSync(historyFile, JSON.stringify(record));
   } finally {
     await observer.stop().catch(() => undefined);
     await world.teardown();
   }
-  const findings = analyse(record);
-  const summary = { seed, node, runs, durationMs, settled, faults: record.faults, findings, samples: observer.samples };
-  process.stdout.write(`${table(summary)}\n${jsonLine(summary)}\n`);
-  return settled && findings.violations.length === 0 ? 0 : 1;
+  // The verdict is the checker's, on the history as written: `npm run check-history` on that file
+  // says the same. The soak's own wait only tells whether the runs settled in time.
+  const verdict = judge(record, { runs, samples: observer.samples, durationMs, path: historyFile });
+  process.stdout.write(verdict.text);
+  return settled && verdict.ok ? 0 : 1;
 }
 
 // Stopped early (Ctrl-C, or SIGTERM from a timeout), the soak still stops what it started: the

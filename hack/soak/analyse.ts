@@ -4,7 +4,7 @@
 import { CONTACT_MARGIN_MS, CONTACT_POLL_MS, DEFAULT_POD_GRACE_SECONDS, KUBELET_MIN_GRACE_SECONDS } from "../../operator/watchdog/sandboxes.ts";
 import type { FaultRecord, PodRecord, RunRecord, SoakRecord } from "./record.ts";
 
-export const INVARIANTS = ["duplicateSandboxes", "earlyRetries", "falseKills", "lostOrStuckRuns", "ledgerGaps", "sideEffects", "operatorCrashes"] as const;
+export const INVARIANTS = ["duplicateSandboxes", "earlyRetries", "falseKills", "lostOrStuckRuns", "ledgerGaps", "sideEffects", "misappliedAnswers", "operatorCrashes"] as const;
 export type Invariant = (typeof INVARIANTS)[number];
 
 export interface Violation {
@@ -272,6 +272,32 @@ function sideEffects(record: SoakRecord): Violation[] {
 }
 
 /**
+ * Rule 11: an answer answers the request it names and no other. Every request seen decided by an
+ * answer (Approved or Rejected) must carry the text of an answer given for that run naming that
+ * very id, and never a deliberate stray's (one naming no pending request, which must be refused).
+ */
+function misappliedAnswers(record: SoakRecord): Violation[] {
+  const out: Violation[] = [];
+  const answers = record.answers ?? [];
+  for (const request of record.approvals ?? []) {
+    if ((request.state !== "Approved" && request.state !== "Rejected") || request.decidedSeenAt === undefined) continue;
+    const given = answers.filter((a) => a.run === request.run && a.at <= request.decidedSeenAt!);
+    const named = given.filter((a) => !a.stray && a.requestId === request.id);
+    if (named.some((a) => a.answer === request.answer)) continue;
+    const stray = given.find((a) => a.stray && a.answer === request.answer);
+    out.push({
+      invariant: "misappliedAnswers",
+      run: request.run,
+      at: request.decidedSeenAt,
+      what: stray
+        ? `request ${request.id} was ${request.state} with the stray answer ${JSON.stringify(stray.answer)}, which named ${stray.requestId}`
+        : `request ${request.id} was ${request.state} (${JSON.stringify(request.answer ?? "")}) by no answer that named it (${named.length ? `answers naming it: ${named.map((a) => JSON.stringify(a.answer)).join(", ")}` : "none named it"})`,
+    });
+  }
+  return out;
+}
+
+/**
  * A replica cut off from the API server by a fault loses its lease and exits, as controller-runtime's
  * managers do (its restart takes the lease up again): the fault's doing, not a crash. The window
  * covers the renew deadline after the fault ends.
@@ -327,7 +353,7 @@ function failover(record: SoakRecord): Findings["failover"] {
 
 export function analyse(record: SoakRecord): Findings {
   const noLeader = leaderless(record);
-  const violations = [...duplicates(record), ...earlyRetries(record), ...falseKills(record), ...lostOrStuck(record, noLeader), ...ledgerGaps(record), ...sideEffects(record), ...crashes(record)];
+  const violations = [...duplicates(record), ...earlyRetries(record), ...falseKills(record), ...lostOrStuck(record, noLeader), ...ledgerGaps(record), ...sideEffects(record), ...misappliedAnswers(record), ...crashes(record)];
   const counts = Object.fromEntries(INVARIANTS.map((i) => [i, violations.filter((v) => v.invariant === i).length])) as Record<Invariant, number>;
   return { violations, counts, detection: detection(record, noLeader), failover: failover(record) };
 }

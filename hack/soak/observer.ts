@@ -6,7 +6,7 @@ import { LABELS } from "../../operator/api/annotations.ts";
 import { parseDuration } from "../../operator/api/duration.ts";
 import type { Json, KubeClient } from "../../operator/kube/client.ts";
 import { HEARTBEAT_FIELD, serverWriteTime } from "../../operator/watchdog/observe.ts";
-import type { AttemptEnd, ContainerInterval, HeartbeatRecord, LeaseRecord, PhaseRecord, PodRecord, RunRecord } from "./record.ts";
+import type { ApprovalRecord, AttemptEnd, ContainerInterval, HeartbeatRecord, LeaseRecord, PhaseRecord, PodRecord, RunRecord } from "./record.ts";
 
 /* eslint-disable @typescript-eslint/no-explicit-any -- objects are read as plain JSON here */
 
@@ -109,6 +109,8 @@ export class Observer {
   readonly attemptEnds = new Map<string, AttemptEnd>();
   readonly phases: PhaseRecord[] = [];
   readonly leases: LeaseRecord[] = [];
+  /** Every approval request seen, by run uid and id. */
+  private readonly approvalRequests = new Map<string, ApprovalRecord>();
   private readonly runs = new Map<string, RunState>();
   private readonly open = new Map<string, ContainerInterval>();
   private readonly watches: ListWatch[] = [];
@@ -152,6 +154,11 @@ export class Observer {
   /** The runs as last seen, with what their status showed over time. */
   runRecords(): RunRecord[] {
     return [...this.runs.values()].map((s) => ({ ...s.record, transitionsSeen: [...s.transitions], toolCallsSeen: [...s.toolCalls] }));
+  }
+
+  /** Every approval request seen, with what became of it. */
+  approvals(): ApprovalRecord[] {
+    return [...this.approvalRequests.values()].map((a) => ({ ...a }));
   }
 
   /** Marks a run as touched by a fault, which may cost it a restart. */
@@ -254,6 +261,17 @@ export class Observer {
       const end = this.attemptEnds.get(key);
       if (!end) this.attemptEnds.set(key, { runUid: uid, attempt: failure.attempt, reason: failure.reason, ...(status.retryAfter ? { retryAfter: ms(status.retryAfter) } : {}) });
       else if (end.retryAfter === undefined && status.retryAfter && status.attempt === failure.attempt) end.retryAfter = ms(status.retryAfter);
+    }
+    const approval = status.approval;
+    if (approval && typeof approval.id === "string" && typeof approval.state === "string") {
+      const key = `${uid}|${approval.id}`;
+      const request = this.approvalRequests.get(key) ?? (this.approvalRequests.set(key, { runUid: uid, run: run.metadata.name, id: approval.id, seenAt: now, state: approval.state }).get(key) as ApprovalRecord);
+      if (approval.state !== "Pending" && request.decidedSeenAt === undefined) {
+        request.state = approval.state;
+        request.decidedSeenAt = now;
+        const answer = approval.answer ?? approval.reason;
+        if (typeof answer === "string") request.answer = answer;
+      }
     }
     for (const t of status.transitions ?? []) if (t?.time && t?.phase) state.transitions.add(`${ms(t.time)}|${t.phase}`);
     for (const c of status.toolCalls ?? []) if (typeof c?.id === "string") state.toolCalls.add(c.id);

@@ -82,6 +82,34 @@ export interface LedgerRecord {
   toolCalls: string[];
 }
 
+/** One approval request of a run, as its status showed it: asked, then decided (or not). */
+export interface ApprovalRecord {
+  runUid: string;
+  run: string;
+  /** status.approval.id: every request has a new one. */
+  id: string;
+  /** When this observer first saw it Pending. */
+  seenAt: number;
+  /** Its last state seen (Pending, Approved, Rejected, TimedOut, Withdrawn). */
+  state: string;
+  /** status.approval.answer or .reason once decided. */
+  answer?: string;
+  /** When this observer first saw it decided. */
+  decidedSeenAt?: number;
+}
+
+/** An answer someone gave: the approve annotation with the approval-id it named. */
+export interface AnswerRecord {
+  run: string;
+  /** The request id the answer named. */
+  requestId: string;
+  answer: string;
+  /** When the write was accepted (the patch's response). */
+  at: number;
+  /** A deliberate stray: it names no pending request and must be refused, never applied. */
+  stray?: boolean;
+}
+
 export interface LeaseRecord {
   at: number;
   holder?: string;
@@ -98,7 +126,8 @@ export type FaultKind =
   | "sandbox-kill"
   | "conflict-storm"
   | "postgres-stop"
-  | "clock-skew";
+  | "clock-skew"
+  | "stray-answer";
 
 export interface FaultRecord {
   kind: FaultKind;
@@ -140,6 +169,9 @@ export interface SoakRecord {
   /** E-mails in the outbox, by run name. */
   emails: Record<string, number>;
   leases: LeaseRecord[];
+  /** Approval requests as the runs' status showed them, and the answers given (absent in older histories). */
+  approvals?: ApprovalRecord[];
+  answers?: AnswerRecord[];
   faults: FaultRecord[];
   operatorExits: OperatorExit[];
 }

@@ -10,6 +10,7 @@ const LABELS: Record<(typeof INVARIANTS)[number], string> = {
   lostOrStuckRuns: "lost or stuck runs",
   ledgerGaps: "ledger rows missing or doubled",
   sideEffects: "side effects not exactly once",
+  misappliedAnswers: "answers applied to a request they did not name",
   operatorCrashes: "operator crashes",
 };
 
@@ -28,6 +29,8 @@ export interface Summary {
   faults: FaultRecord[];
   findings: Findings;
   samples: number;
+  /** Where the history was written, for \`npm run check-history\`. */
+  history?: string;
 }
 
 export function table(summary: Summary): string {
@@ -65,7 +68,7 @@ export function table(summary: Summary): string {
 export function jsonLine(summary: Summary): string {
   const { findings } = summary;
   return JSON.stringify({
-    soak: { node: summary.node, runs: summary.runs, durationMs: summary.durationMs, seed: summary.seed, settled: summary.settled },
+    soak: { node: summary.node, runs: summary.runs, durationMs: summary.durationMs, seed: summary.seed, settled: summary.settled, ...(summary.history ? { history: summary.history } : {}) },
     faults: Object.fromEntries([...new Set(summary.faults.map((f) => f.kind))].map((k) => [k, summary.faults.filter((f) => f.kind === k && !f.skipped).length])),
     violations: findings.counts,
     detection: findings.detection,

@@ -34,6 +34,9 @@ export function selfTestRecord(): SoakRecord {
       run("stuck", "crash", completed(1)),
       run("ledger", "healthy", completed(0), { transitionsSeen: [`${T}|Queued`, `${T + 5 * S}|Planning`] }),
       run("email", "side-effect-then-crash", completed(1)),
+      // a stray answer refused, then the right one applied; and a stray answer applied
+      run("approved", "await-approval", completed(0)),
+      run("misapplied", "await-approval", completed(0)),
     ],
     pods: [
       pod("clean", 1, T, T + 20 * S),
@@ -93,8 +96,20 @@ export function selfTestRecord(): SoakRecord {
       { runUid: "uid-stuck", transitions: [`${T}|Queued`], toolCalls: [] },
       { runUid: "uid-ledger", transitions: [`${T}|Queued`], toolCalls: [] },
       { runUid: "uid-email", transitions: [`${T}|Queued`], toolCalls: [] },
+      { runUid: "uid-approved", transitions: [`${T}|Queued`], toolCalls: [] },
+      { runUid: "uid-misapplied", transitions: [`${T}|Queued`], toolCalls: [] },
     ],
     emails: { email: 2 },
+    approvals: [
+      { runUid: "uid-approved", run: "approved", id: "1-a", seenAt: T + 5 * S, state: "Approved", answer: "ship it", decidedSeenAt: T + 10 * S },
+      { runUid: "uid-misapplied", run: "misapplied", id: "1-b", seenAt: T + 5 * S, state: "Approved", answer: "stray answer 2", decidedSeenAt: T + 8 * S },
+    ],
+    answers: [
+      { run: "approved", requestId: "stray-1", answer: "stray answer 1", at: T + 6 * S, stray: true },
+      { run: "approved", requestId: "1-a", answer: "ship it", at: T + 9 * S },
+      { run: "misapplied", requestId: "stray-2", answer: "stray answer 2", at: T + 6 * S, stray: true },
+      { run: "misapplied", requestId: "1-b", answer: "ship it", at: T + 9 * S },
+    ],
     leases: [
       { at: T, holder: "replica-a" },
       { at: T + 99 * S, holder: "replica-b" },

@@ -23,8 +23,26 @@ describe("soak analysis", () => {
     record.phases = record.phases.filter((p) => p.runUid !== "uid-stuck");
     record.runs.find((r) => r.name === "ledger")!.transitionsSeen.pop();
     record.emails.email = 1;
+    const misapplied = record.approvals!.find((a) => a.run === "misapplied")!;
+    misapplied.answer = "ship it";
+    misapplied.decidedSeenAt = record.answers!.find((a) => a.run === "misapplied" && !a.stray)!.at + S;
     record.operatorExits = record.operatorExits.filter((e) => e.bySoak);
     expect(analyse(record).violations).toEqual([]);
+  });
+
+  it("takes only an answer that named the request, given before it was decided, as applied rightly", () => {
+    const record = selfTestRecord();
+    const approved = record.approvals!.find((a) => a.run === "approved")!;
+    const right = record.answers!.find((a) => a.run === "approved" && !a.stray)!;
+    expect(analyse(record).counts.misappliedAnswers).toBe(1);
+    approved.decidedSeenAt = right.at - 1; // decided before the answer was sent: not by it
+    expect(analyse(record).counts.misappliedAnswers).toBe(2);
+    approved.decidedSeenAt = right.at + S;
+    right.requestId = "1-other"; // the right text, but naming another request
+    expect(analyse(record).counts.misappliedAnswers).toBe(2);
+    right.requestId = approved.id;
+    record.approvals!.push({ ...approved, id: "2-a", state: "TimedOut", answer: undefined }); // not decided by an answer
+    expect(analyse(record).counts.misappliedAnswers).toBe(1);
   });
 
   it("takes two containers seen in the same sample as running at once", () => {

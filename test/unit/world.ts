@@ -3,7 +3,7 @@
 // happened, so tests can play the sandbox, the kubelet and the API server against `decide`
 // without an API server. The API server stamps each heartbeat write into managedFields with its
 // own clock (whole seconds), as the real one does; the sandbox's clock may be off.
-import { decide } from "../../operator/watchdog/decide.ts";
+import { decide, type DecideInput } from "../../operator/watchdog/decide.ts";
 import { believe, livenessFacts, type LivenessMemory } from "../../operator/watchdog/liveness.ts";
 import { isLive, podView, type NodeView } from "../../operator/watchdog/observe.ts";
 import { applyMergePatch } from "../../operator/watchdog/merge-patch.ts";
@@ -98,7 +98,7 @@ export class World {
   private agentStartsSeen = new Map<string, number>();
   /** Whether the controller is watching: a restarted operator saw nothing of what came before. */
   watching = true;
-  private observe(): void {
+  protected observe(): void {
     const facts = livenessFacts(this.run, undefined);
     this.liveness = facts ? believe(facts, this.liveness).memory : undefined;
     if (!this.watching) return;
@@ -113,19 +113,21 @@ export class World {
     this.agentStartsSeen = new Map();
   }
 
-  /** Runs the core once and applies its plan. */
-  reconcile(): Plan {
-    this.observe();
-    const plan = decide({
-      run: structuredClone(this.run),
-      pods: [...this.pods.values()].map((p) => structuredClone(p)),
-      now: this.now,
+  /** What the controller gives the core beside the run, its pods and the time (Controller.inputsFor). */
+  protected decideInputs(): Omit<DecideInput, "run" | "pods" | "now"> {
+    return {
       defaults: this.defaults,
       deletedPods: structuredClone(this.tombstones),
       nodes: this.nodes(),
       containerStartsSeen: new Map([...this.agentStartsSeen].map(([uid, at]) => [uid, new Map([["agent", at]])])),
       ...(this.liveness ? { liveness: this.liveness } : {}),
-    });
+    };
+  }
+
+  /** Runs the core once and applies its plan. */
+  reconcile(): Plan {
+    this.observe();
+    const plan = decide({ run: structuredClone(this.run), pods: [...this.pods.values()].map((p) => structuredClone(p)), now: this.now, ...this.decideInputs() });
     this.apply(plan);
     this.plans.push(plan);
     return plan;
@@ -168,39 +170,54 @@ export class World {
     for (const deletion of plan.deletePods) {
       const pod = this.pods.get(deletion.name);
       if (!pod || (deletion.uid && pod.metadata.uid !== deletion.uid)) continue;
-      if (deletion.gracePeriodSeconds === 0) this.violations.push(`force-deleted ${deletion.name}`);
-      this.deleted.push({ name: deletion.name, at: this.now, grace: deletion.gracePeriodSeconds });
-      this.deletePod(pod, deletion.gracePeriodSeconds);
+      this.requestPodDeletion(pod, deletion.gracePeriodSeconds);
     }
     if (plan.createPod) {
-      const attempt = Number(plan.createPod.metadata.labels[LABELS.attempt]);
-      if (this.livePods.length > 0) this.violations.push(`created ${plan.createPod.metadata.name} while ${this.livePods.map((p) => p.metadata.name).join(",")} live`);
-      if (this.orphans.length > 0) this.violations.push(`created ${plan.createPod.metadata.name} while the containers of ${this.orphans.map((o) => o.name).join(",")} still run`);
-      const retryAfter = Date.parse(this.annotations["watchdog.dev/retry-after"] ?? "");
-      if (!Number.isNaN(retryAfter) && this.now < retryAfter) this.violations.push(`created ${plan.createPod.metadata.name} before retry-after`);
       if (this.pods.has(plan.createPod.metadata.name)) {
         this.violations.push(`pod ${plan.createPod.metadata.name} already exists`);
         return;
       }
-      const uid = `uid-${plan.createPod.metadata.name}`;
-      this.pods.set(plan.createPod.metadata.name, {
-        ...structuredClone(plan.createPod),
-        metadata: { ...structuredClone(plan.createPod.metadata), uid, creationTimestamp: iso(this.now) },
-        spec: { ...structuredClone(plan.createPod.spec), nodeName: NODE },
-        status: { phase: "Pending" },
-      });
+      const created = this.createPod(plan.createPod);
       // The executor writes the new pod's uid with the status that names it.
-      if (plan.status) this.run.status = { ...this.run.status, podUID: uid };
-      this.created.push({ name: plan.createPod.metadata.name, at: this.now, attempt });
-      if (!(this.run.metadata.finalizers ?? []).includes(FINALIZER)) this.violations.push(`created ${plan.createPod.metadata.name} for a run without its finalizer`);
-      if (this.run.metadata.deletionTimestamp) this.violations.push(`created ${plan.createPod.metadata.name} for a run being deleted`);
-      if (this.run.spec.suspend === true) this.violations.push(`created ${plan.createPod.metadata.name} for a suspended run`);
+      if (plan.status) this.run.status = { ...this.run.status, podUID: created.metadata.uid };
     }
     if (plan.finalizer === "remove") {
       if (this.livePods.length > 0 || this.orphans.length > 0) this.violations.push("removed the finalizer while a sandbox may run");
       this.run.metadata.finalizers = (this.run.metadata.finalizers ?? []).filter((f: string) => f !== FINALIZER);
       if (this.run.metadata.deletionTimestamp && this.run.metadata.finalizers.length === 0) this.runGone = true;
     }
+  }
+
+  /**
+   * The API server and the scheduler take a new pod: bound to the node, Pending. Whatever made it,
+   * the guarantees a create must keep are checked here (never two sandboxes, none before
+   * retry-after, none without the finalizer, none for a run deleted or suspended).
+   */
+  createPod(manifest: Json): Json {
+    const name = manifest.metadata.name as string;
+    if (this.livePods.length > 0) this.violations.push(`created ${name} while ${this.livePods.map((p) => p.metadata.name).join(",")} live`);
+    if (this.orphans.length > 0) this.violations.push(`created ${name} while the containers of ${this.orphans.map((o) => o.name).join(",")} still run`);
+    const retryAfter = Date.parse(this.annotations["watchdog.dev/retry-after"] ?? "");
+    if (!Number.isNaN(retryAfter) && this.now < retryAfter) this.violations.push(`created ${name} before retry-after`);
+    if (!(this.run.metadata.finalizers ?? []).includes(FINALIZER)) this.violations.push(`created ${name} for a run without its finalizer`);
+    if (this.run.metadata.deletionTimestamp) this.violations.push(`created ${name} for a run being deleted`);
+    if (this.run.spec.suspend === true) this.violations.push(`created ${name} for a suspended run`);
+    const pod = {
+      ...structuredClone(manifest),
+      metadata: { ...structuredClone(manifest.metadata), uid: `uid-${name}`, creationTimestamp: iso(this.now) },
+      spec: { ...structuredClone(manifest.spec), nodeName: NODE },
+      status: { phase: "Pending" },
+    };
+    this.pods.set(name, pod);
+    this.created.push({ name, at: this.now, attempt: Number(manifest.metadata.labels[LABELS.attempt]) });
+    return pod;
+  }
+
+  /** A graceful delete of a pod, as the API server takes it; a grace of 0 breaks rule 9. */
+  requestPodDeletion(pod: Json, grace?: number): void {
+    if (grace === 0) this.violations.push(`force-deleted ${pod.metadata.name}`);
+    this.deleted.push({ name: pod.metadata.name, at: this.now, grace });
+    this.deletePod(pod, grace);
   }
 
   /** The user deletes the run: it stays, being deleted, while a finalizer holds it. */

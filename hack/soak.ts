@@ -7,7 +7,7 @@
 // The parts: world.ts (the cluster and two operator replicas behind TCP proxies), faults.ts (what
 // breaks and when), observer.ts (what happened), analyse.ts (what it means), report.ts (the table
 // and the JSON line), self-test.ts (a record with one violation of each kind).
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { Client } from "pg";
@@ -19,7 +19,7 @@ import { APPROVAL_ANSWER, manifestFor, type Behaviour } from "./demo/scenario.ts
 import { apply, random, schedule, type FaultContext } from "./soak/faults.ts";
 import { Observer } from "./soak/observer.ts";
 import type { AnswerRecord, FaultRecord, LedgerRecord, SoakRecord } from "./soak/record.ts";
-import { judge, selfTestText } from "./soak/verdict.ts";
+import { checkHistoryCommand, judge } from "./soak/verdict.ts";
 import { LEASE_NAME, soakWorld, type SoakWorld } from "./soak/world.ts";
 import { stateRoot } from "./sandbox-runner.ts";
 
@@ -191,17 +191,9 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(USAGE);
     return 0;
   }
-  if (values["self-test"]) {
-    const result = selfTestText();
-    process.stdout.write(result.text);
-    return result.ok ? 0 : 1;
-  }
-  if (values.record) {
-    // A saved history, judged again: what `npm run check-history` does.
-    const verdict = judge(JSON.parse(readFileSync(values.record, "utf8")) as SoakRecord, { path: values.record });
-    process.stdout.write(verdict.text);
-    return verdict.ok ? 0 : 1;
-  }
+  // The offline modes are the checker's own.
+  if (values["self-test"]) return checkHistoryCommand(["--self-test"]);
+  if (values.record) return checkHistoryCommand([values.record]);
   const runs = Number(values.runs ?? 60);
   const node = values.node ?? "kubelet";
   const repeat = Number(values.repeat ?? 1);

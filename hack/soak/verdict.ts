@@ -1,5 +1,8 @@
 // The one verdict on a soak's history, shared by the soak itself and by `npm run check-history`,
 // so that a history checked again offline is judged exactly as it was when it was recorded.
+import { existsSync, readFileSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
 import { FINAL_PHASES } from "../demo/driver.ts";
 import { analyse, type Findings } from "./analyse.ts";
 import type { SoakRecord } from "./record.ts";
@@ -37,4 +40,51 @@ export function selfTestText(): { ok: boolean; text: string } {
   const lines = Object.entries(result.counts).map(([invariant, n]) => `  ${invariant.padEnd(20)} injected 1, counted ${n}${n === 1 ? "" : "  <-- wrong"}`);
   lines.push(result.ok ? "self-test passed: each injected violation was counted exactly once" : "self-test FAILED");
   return { ok: result.ok, text: `${lines.join("\n")}\n` };
+}
+
+const CHECK_HISTORY_USAGE = `usage: npm run check-history -- FILE|DIR
+       npm run check-history -- --self-test
+
+  FILE|DIR     a history.json a soak wrote, or the soak's directory (it holds history.json)
+  --self-test  check the checker: a history with one violation of each kind, each of which must be
+               counted exactly once
+
+Prints the soak's table (faults, invariants, figures, each violation with the events that prove
+it), then one JSON line. Exit 0 when nothing was violated and every run settled.
+`;
+
+function historyPath(given: string): string {
+  if (!statSync(given).isDirectory()) return given;
+  // Soaks before the history was named so left a record.json.
+  for (const name of ["history.json", "record.json"]) if (existsSync(join(given, name))) return join(given, name);
+  throw new Error(`${given} holds no history.json`);
+}
+
+/** `npm run check-history -- ARGS`: prints the verdict (or the self-test) and returns the exit code. */
+export function checkHistoryCommand(argv: string[]): number {
+  const { values, positionals } = parseArgs({ args: argv, allowPositionals: true, options: { "self-test": { type: "boolean" }, help: { type: "boolean", short: "h" } } });
+  if (values.help) {
+    process.stdout.write(CHECK_HISTORY_USAGE);
+    return 0;
+  }
+  if (values["self-test"]) {
+    const result = selfTestText();
+    process.stdout.write(result.text);
+    return result.ok ? 0 : 1;
+  }
+  if (positionals.length !== 1) {
+    process.stderr.write(CHECK_HISTORY_USAGE);
+    return 2;
+  }
+  let history: SoakRecord;
+  const path = historyPath(positionals[0] as string);
+  try {
+    history = JSON.parse(readFileSync(path, "utf8")) as SoakRecord;
+  } catch (err) {
+    process.stderr.write(`check-history: cannot read ${path}: ${err instanceof Error ? err.message : String(err)}\n`);
+    return 2;
+  }
+  const verdict = judge(history, { path });
+  process.stdout.write(verdict.text);
+  return verdict.ok ? 0 : 1;
 }

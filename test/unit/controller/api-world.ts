@@ -84,8 +84,12 @@ export class ApiWorld extends World {
     return structuredClone({ ...this.run, metadata: { ...this.run.metadata, resourceVersion: this.resourceVersion() } });
   }
 
+  /** Every request the executor made, in order, and what became of it. */
+  requests: string[] = [];
+
   /** Meets the fault set for this operation, if any: a refusal, or a sandbox's write first. */
   private meet(operation: Operation, path: string): void {
+    this.requests.push(operation);
     const fault = this.fault;
     if (!fault || fault.operation !== operation) return;
     this.fault = undefined;
@@ -95,6 +99,7 @@ export class ApiWorld extends World {
       return;
     }
     this.struck.push(`${operation}: ${fault.code}`);
+    this.requests.push(`${operation} refused ${fault.code}`);
     const reason = fault.code === 409 ? "Conflict" : fault.code === 422 ? "Invalid" : fault.code === 429 ? "TooManyRequests" : "InternalError";
     throw new ApiError(operation === "readRun" || operation === "listPods" || operation === "readPod" ? "GET" : "PATCH", path, fault.code, { reason, message: `injected ${fault.code}` });
   }

@@ -5,8 +5,8 @@
 import { LABELS } from "../../operator/api/annotations.ts";
 import { parseDuration } from "../../operator/api/duration.ts";
 import type { Json, KubeClient } from "../../operator/kube/client.ts";
-import { HEARTBEAT_FIELD, serverWriteTime } from "../../operator/watchdog/observe.ts";
 import type { ApprovalRecord, AttemptEnd, ContainerInterval, HeartbeatRecord, LeaseRecord, PhaseRecord, PodRecord, RunRecord } from "./record.ts";
+import { HEARTBEAT_FIELD, serverWriteTime } from "../../operator/api/managed-fields.ts";
 
 /* eslint-disable @typescript-eslint/no-explicit-any -- objects are read as plain JSON here */
 

@@ -20,3 +20,18 @@ export function isCalendarDay(text: string): boolean {
   const days = [31, isLeap(year) ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][month - 1] ?? 0;
   return day >= 1 && day <= days;
 }
+
+/** A time the API server wrote (an RFC 3339 string, or a Date from client-node), in ms; undefined when it is none. */
+export function toMillis(value: unknown): number | undefined {
+  if (value instanceof Date) return value.getTime();
+  if (typeof value === "string") {
+    const ms = Date.parse(value);
+    return Number.isNaN(ms) ? undefined : ms;
+  }
+  return undefined;
+}
+
+/** A time as the API server's metav1.Time holds it: whole seconds, rounded down. */
+export const isoSeconds = (ms: number) => new Date(Math.floor(ms / 1000) * 1000).toISOString().replace(".000Z", "Z");
+/** Rounded up, so that a wait recorded in whole seconds is never shorter than decided. */
+export const isoCeilSeconds = (ms: number) => new Date(Math.ceil(ms / 1000) * 1000).toISOString().replace(".000Z", "Z");

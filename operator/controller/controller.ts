@@ -12,7 +12,6 @@ import { paths, type Json, type KubeClient } from "../kube/client.ts";
 import { CONTROLLER, type Metrics } from "../metrics/metrics.ts";
 import { decide, type DecideInput } from "../watchdog/decide.ts";
 import { believe, livenessFacts, type LivenessMemory } from "../watchdog/liveness.ts";
-import { toMillis } from "../watchdog/observe.ts";
 import type { SandboxIdentity } from "../watchdog/sandbox-identity.ts";
 import { isQuiet, type Plan } from "../watchdog/plan.ts";
 import type { EventRecorder } from "./events.ts";
@@ -24,6 +23,7 @@ import { TRACKED_POLL_MS, TrackedPods } from "./tracked.ts";
 import { trimPod, trimRun } from "./trim.ts";
 import { Wakeups } from "./wakeups.ts";
 import { Written } from "./written.ts";
+import { toMillis } from "../api/timestamp.ts";
 
 export interface ControllerOptions {
   /** Namespaces to watch; empty means all. */

@@ -1,7 +1,7 @@
 // What the controller's caches keep of each object, as controller-runtime's cache transforms do:
 // at 10,000 runs every kilobyte kept per object is 10 MB of heap. Only what the core reads stays.
 import type { Json } from "../kube/client.ts";
-import { HEARTBEAT_FIELD } from "../watchdog/observe.ts";
+import { HEARTBEAT_FIELD } from "../api/managed-fields.ts";
 
 /** The managedFields path of the heartbeat time, nested as fieldsV1 has it: {f:status:{f:heartbeat:{f:time:{}}}}. */
 const HEARTBEAT_FIELDS_V1: Json = HEARTBEAT_FIELD.reduceRight<Json>((inner, key) => ({ [key]: inner }), {});

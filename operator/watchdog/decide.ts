@@ -36,7 +36,7 @@ import { withinLimits } from "./bounds.ts";
 import { findCondition } from "./conditions.ts";
 import { agentStartOnServer, believe, type LivenessMemory } from "./liveness.ts";
 import { mergePatchDiff } from "./merge-patch.ts";
-import { HEARTBEAT_FIELD, hasWork, podView, readRun, serverWriteTime, type NodeView } from "./observe.ts";
+import { hasWork, podView, readRun, type NodeView } from "./observe.ts";
 import { event, type Outcome, type OperatorStatus } from "./outcome.ts";
 import { OPERATOR_STATUS_FIELDS, type AnnotationPatch, type MetricSignal, type Plan, type PlannedEvent, type PodDeletion, type StatusPatch } from "./plan.ts";
 import { GUARDS, HAND_OVERS } from "./guards.ts";
@@ -44,12 +44,14 @@ import { budgetWatch, foldSpent } from "./policy/budget.ts";
 import { newResumeToken } from "./policy/lifecycle.ts";
 import { retryAfterOf } from "./policy/queued.ts";
 import { REASONS } from "./reasons.ts";
-import { currentPod, isoSeconds, type RunView } from "./run-view.ts";
+import { currentPod, type RunView } from "./run-view.ts";
 import { DEFAULT_SANDBOX_IDENTITY, identityObjects, type SandboxIdentity } from "./sandbox-identity.ts";
 import { sandboxPod } from "./sandbox-pod.ts";
 import { entryFor, sandboxes, vanishedEntry } from "./sandboxes.ts";
 import { conditionsFor } from "./status-conditions.ts";
 import { withTransitions, type Step } from "./transitions.ts";
+import { HEARTBEAT_FIELD, serverWriteTime } from "../api/managed-fields.ts";
+import { isoSeconds } from "../api/timestamp.ts";
 
 export interface DecideInput {
   /** The AgentRun as read from the API server (raw JSON or a client-node object). */

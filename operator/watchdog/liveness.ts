@@ -5,7 +5,8 @@
 // The sandbox's other times (its activity, for the stall timer) are moved onto the server's clock
 // by the offset between its heartbeat time and the server's acceptance of it.
 import { Heartbeat } from "../api/agentrun.ts";
-import { HEARTBEAT_FIELD, serverWriteTime, toMillis } from "./observe.ts";
+import { HEARTBEAT_FIELD, serverWriteTime } from "../api/managed-fields.ts";
+import { toMillis } from "../api/timestamp.ts";
 
 export interface CurrentHeartbeat {
   heartbeat: Heartbeat;

@@ -1,6 +1,8 @@
 // Turning API objects into what the core reasons about. A sandbox can write anything its RBAC
 // lets it write; a field that does not parse is dropped and reported, never thrown.
 import { LABELS } from "../api/annotations.ts";
+import { toMillis } from "../api/timestamp.ts";
+import { serverWriteTime } from "../api/managed-fields.ts";
 
 type Json = Record<string, unknown>;
 
@@ -40,15 +42,6 @@ export interface PodView {
   stopped: boolean;
   /** How many container states the pod reports (none before the kubelet has looked at it). */
   containerStates: number;
-}
-
-export function toMillis(value: unknown): number | undefined {
-  if (value instanceof Date) return value.getTime();
-  if (typeof value === "string") {
-    const ms = Date.parse(value);
-    return Number.isNaN(ms) ? undefined : ms;
-  }
-  return undefined;
 }
 
 function terminated(cs: Json | undefined): ContainerEnd | undefined {
@@ -190,25 +183,5 @@ export function nodeView(node: unknown, lease?: unknown): NodeView {
   return view;
 }
 
-/**
- * When the API server accepted the newest write of the field at `path` (fieldsV1 keys), from the
- * object's managedFields: the server's own clock, whatever clock the writer has, in whole seconds
- * (the true time is up to a second later).
- */
-export function serverWriteTime(object: unknown, path: string[]): number | undefined {
-  const entries = (((object as Json).metadata as Json | undefined)?.managedFields as Json[] | undefined) ?? [];
-  let newest: number | undefined;
-  for (const entry of entries) {
-    let fields = entry.fieldsV1 as Json | undefined;
-    for (const key of path) fields = (fields?.[key] ?? undefined) as Json | undefined;
-    if (fields === undefined) continue;
-    const time = toMillis(entry.time);
-    if (time !== undefined && (newest === undefined || time > newest)) newest = time;
-  }
-  return newest;
-}
-
-/** Where the sandbox's heartbeat time lives in managedFields. */
-export const HEARTBEAT_FIELD = ["f:status", "f:heartbeat", "f:time"];
 
 export { readRun, type ReadRun } from "../api/read-run.ts";

@@ -31,9 +31,6 @@ export interface RunView {
   refusedWrite?: string;
 }
 
-export const isoSeconds = (ms: number) => new Date(Math.floor(ms / 1000) * 1000).toISOString().replace(".000Z", "Z");
-/** Rounded up, so that a wait recorded in whole seconds is never shorter than decided. */
-export const isoCeilSeconds = (ms: number) => new Date(Math.ceil(ms / 1000) * 1000).toISOString().replace(".000Z", "Z");
 
 export const attemptOf = (next: OperatorStatus) => next.attempt ?? 0;
 

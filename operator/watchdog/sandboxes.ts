@@ -20,8 +20,9 @@
 // (SandboxUnconfirmed).
 import { MAX_TERMINATING, type TerminatingPod } from "../api/agentrun.ts";
 import type { WatchdogSettings } from "../api/defaults.ts";
-import { isLive, toMillis, type NodeView, type PodView } from "./observe.ts";
+import { isLive, type NodeView, type PodView } from "./observe.ts";
 import { REASONS } from "./reasons.ts";
+import { isoSeconds, toMillis } from "../api/timestamp.ts";
 
 /**
  * After the node is heard from again, how long its kubelet gets beyond the pod's grace to kill
@@ -45,7 +46,6 @@ export function longestGraceMs(entry: Pick<TerminatingPod, "gracePeriodSeconds" 
 /** How often a vanished pod's node is looked at again while it has not been heard from. */
 export const CONTACT_POLL_MS = 10_000;
 
-const isoSeconds = (ms: number) => new Date(Math.floor(ms / 1000) * 1000).toISOString().replace(".000Z", "Z");
 
 export interface Unconfirmed {
   entry: TerminatingPod;

@@ -9,7 +9,7 @@
 // Every deadline is computed from times in the object (the arming text, the newest activity, the
 // last nudge), so an operator that restarts fires at the same moment.
 import type { Activity, StallStatus } from "../api/agentrun.ts";
-import { toMillis } from "./observe.ts";
+import { toMillis } from "../api/timestamp.ts";
 
 export const DISARMED: StallStatus = { state: "Disarmed", nudges: 0 };
 

@@ -2,12 +2,12 @@
 // page. Pure functions of the objects and the time, so that every line can be tested. Every cell
 // and every line is escaped for the terminal (terminal.ts): runs carry text sandboxes wrote.
 import type { AgentRunStatus, EffectiveWatchdog } from "../../api/agentrun.ts";
-import { HEARTBEAT_FIELD, serverWriteTime } from "../../watchdog/observe.ts";
 import { ANNOTATIONS } from "../../api/annotations.ts";
 import type { Json } from "../../kube/client.ts";
 import { budgetReport, lineCell, nearestLimit, type BudgetReport, type ShownFigures } from "../budget.ts";
 import { escapeTerminal } from "../terminal.ts";
 import { timelineLine, type TimelineItem } from "./timeline.ts";
+import { HEARTBEAT_FIELD, serverWriteTime } from "../../api/managed-fields.ts";
 
 /** A duration the way kubectl prints ages: 45s, 3m12s, 25m, 5h10m, 30h, 3d4h, 90d, 2y30d. */
 export function humanDuration(ms: number): string {

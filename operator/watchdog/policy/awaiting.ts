@@ -9,11 +9,12 @@ import type { ApprovalStatus } from "../../api/agentrun.ts";
 import { ANNOTATIONS, ANSWER_ANNOTATIONS, APPROVAL_REQUEST_KEY } from "../../api/annotations.ts";
 import { formatDuration } from "../../api/duration.ts";
 import { requestId } from "../answers.ts";
-import { toMillis, type PodView } from "../observe.ts";
+import { type PodView } from "../observe.ts";
 import { event, merge, type Outcome, type OperatorStatus } from "../outcome.ts";
 import { REASONS } from "../reasons.ts";
-import { attemptOf, isoSeconds, type RunView } from "../run-view.ts";
+import { attemptOf, type RunView } from "../run-view.ts";
 import { deletionOf, endedAttempt } from "./failure.ts";
+import { isoSeconds, toMillis } from "../../api/timestamp.ts";
 
 function failed(view: RunView, reason: string, message: string, pod: PodView | undefined, approval: OperatorStatus["approval"]): Outcome {
   return {

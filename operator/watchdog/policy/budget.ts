@@ -20,12 +20,13 @@ import { ACTIVE_PHASES, type BudgetWarningRecord, type Phase } from "../../api/a
 import { cutToCodePoints } from "../../api/limits.ts";
 import { hasLimits } from "../../api/defaults.ts";
 import { budgetName, exhausted, fold, measures, spending, warned, warnThreshold, type Measure } from "../budget.ts";
-import { toMillis, type PodView } from "../observe.ts";
+import { type PodView } from "../observe.ts";
 import { event, type Outcome, type OperatorStatus } from "../outcome.ts";
 import { REASONS } from "../reasons.ts";
-import { attemptOf, currentPod, isoSeconds, type RunView } from "../run-view.ts";
+import { attemptOf, currentPod, type RunView } from "../run-view.ts";
 import { needsHuman } from "./failure.ts";
 import { newResumeToken } from "./lifecycle.ts";
+import { isoSeconds, toMillis } from "../../api/timestamp.ts";
 
 /**
  * Each limit of the run's budget with what the run has spent of it, now. Every decision asks,

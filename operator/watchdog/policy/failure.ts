@@ -12,9 +12,10 @@ import { backoffDelay, rateLimitDelay } from "../backoff.ts";
 import { isLive, type PodView } from "../observe.ts";
 import { event, type Outcome, type OperatorStatus } from "../outcome.ts";
 import { REASONS, type InterventionReason, type RestartReason } from "../reasons.ts";
-import { attemptOf, heartbeatOf, isoCeilSeconds, isoSeconds, type RunView } from "../run-view.ts";
+import { attemptOf, heartbeatOf, type RunView } from "../run-view.ts";
 import { DISARMED } from "../stall.ts";
 import { isRateLimited, newestCurrentCall, unconfirmedCall } from "../tool-calls.ts";
+import { isoCeilSeconds, isoSeconds } from "../../api/timestamp.ts";
 
 export function failureRecord(view: RunView, next: OperatorStatus, reason: string, message: string): FailureRecord {
   const hb = heartbeatOf(view);

@@ -5,12 +5,12 @@ import { ANNOTATIONS } from "../../api/annotations.ts";
 import { isLive } from "../observe.ts";
 import { event, wait, type Outcome, type OperatorStatus } from "../outcome.ts";
 import { REASONS } from "../reasons.ts";
-import { toMillis } from "../observe.ts";
-import { attemptOf, isoSeconds, type RunView } from "../run-view.ts";
+import { attemptOf, type RunView } from "../run-view.ts";
 import { FENCED_SUFFIX, unfencedServiceAccount } from "../sandbox-identity.ts";
 import { sandboxPodName } from "../sandbox-pod.ts";
 import { DEFAULT_POD_GRACE_SECONDS } from "../sandboxes.ts";
 import { DISARMED } from "../stall.ts";
+import { isoSeconds, toMillis } from "../../api/timestamp.ts";
 
 /**
  * The status copy and the annotation are written by the same plan; the later of the two wins, so

@@ -5,14 +5,15 @@ import type { Phase } from "../../api/agentrun.ts";
 import { formatDuration } from "../../api/duration.ts";
 import { cutToCodePoints } from "../../api/limits.ts";
 import { lastSignOfLife, onServerClock } from "../liveness.ts";
-import { hasWork, isLive, toMillis, type PodView } from "../observe.ts";
+import { hasWork, isLive, type PodView } from "../observe.ts";
 import { event, merge, type Outcome, type OperatorStatus } from "../outcome.ts";
 import { REASONS } from "../reasons.ts";
-import { attemptOf, currentPod, heartbeatOf, isoSeconds, type RunView } from "../run-view.ts";
+import { attemptOf, currentPod, heartbeatOf, type RunView } from "../run-view.ts";
 import { stepStall } from "../stall.ts";
 import { detectLoop, inFlightCall, newestCurrentCall } from "../tool-calls.ts";
 import { awaiting } from "./awaiting.ts";
 import { attemptFailed, deletionOf, needsHuman, rateLimitedExit } from "./failure.ts";
+import { isoSeconds, toMillis } from "../../api/timestamp.ts";
 
 function podFailureMessage(pod: PodView): string {
   const end = pod.agent.ended ?? pod.exit;

@@ -1,7 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { trimPod, trimRun } from "../../../operator/controller/trim.ts";
 import { caughtUp, Written, WRITTEN_TTL_MS } from "../../../operator/controller/written.ts";
-import { HEARTBEAT_FIELD, podView, serverWriteTime } from "../../../operator/watchdog/observe.ts";
+import { podView } from "../../../operator/watchdog/observe.ts";
+import { HEARTBEAT_FIELD, serverWriteTime } from "../../../operator/api/managed-fields.ts";
 
 const run = (rv: string, phase = "Queued") => ({ metadata: { name: "r", namespace: "ns", resourceVersion: rv }, status: { phase } });
 const pod = (name: string, rv: string, uid = `${name}-uid`, extra: Record<string, unknown> = {}) => ({ metadata: { name, resourceVersion: rv, uid, ...extra } });

@@ -299,7 +299,13 @@ async function setSuspend(ctx: Context, suspend: boolean): Promise<number> {
   return 0;
 }
 
-function dispatch(ctx: Context): Promise<number> {
+/**
+ * A command served by a module above this one (the console), handed in by the entry point, so that
+ * the console can run this module's commands without the two importing each other.
+ */
+export type CommandHandler = (ctx: Context) => Promise<number>;
+
+function dispatch(ctx: Context, handlers: { console?: CommandHandler }): Promise<number> {
   switch (ctx.inv.command) {
     case "list":
       return list(ctx);
@@ -318,15 +324,16 @@ function dispatch(ctx: Context): Promise<number> {
     case "unsuspend":
       return setSuspend(ctx, false);
     case "console":
-      return import("../../console/serve.ts").then(({ serveConsole }) => serveConsole(ctx));
+      if (!handlers.console) throw new CliError("the console is not served from here");
+      return handlers.console(ctx);
   }
 }
 
 /** Runs one command; every failure becomes one line on stderr and exit code 1. */
-export async function execute(inv: Invocation, env: NodeJS.ProcessEnv, io: Io, now: () => number = Date.now): Promise<number> {
+export async function execute(inv: Invocation, env: NodeJS.ProcessEnv, io: Io, now: () => number = Date.now, handlers: { console?: CommandHandler } = {}): Promise<number> {
   const ctx = new Context(inv, env, io, now);
   try {
-    return await dispatch(ctx);
+    return await dispatch(ctx, handlers);
   } catch (err) {
     // Anything unforeseen still gets one line: a stack trace tells a kubectl user nothing.
     const message = err instanceof CliError || err instanceof LedgerError ? err.message : explainFailure(err, "the API server");

@@ -28,5 +28,6 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv, term
   // Loaded only to run a command: the Kubernetes client takes most of the start-up time, and
   // help or a usage error needs none of it.
   const { execute } = await import("./commands.ts");
-  return execute(parsed.invocation, env, io, now);
+  // The console is loaded only for its own command, and from here: it uses the commands module.
+  return execute(parsed.invocation, env, io, now, { console: (ctx) => import("../../console/serve.ts").then(({ serveConsole }) => serveConsole(ctx)) });
 }

@@ -36,6 +36,14 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
     metrics.restLatency.observe({ verb: method, host }, ms / 1000);
   });
 
+  if (options.sandboxServiceAccount === "none") {
+    // The chart's default is run; a local `npm start` keeps the template's own identity so that it
+    // needs no RBAC of its own. Said at every start, so nobody takes it for fenced.
+    log.warn(
+      { sandboxServiceAccount: "none" },
+      "sandboxes run as their template's service account: the admission fencing does not apply to them unless its name ends in -sandbox; --sandbox-service-account=run gives each run its own fenced identity, as the chart does",
+    );
+  }
   const recorder = new EventRecorder(client, options.identity, log);
   const controller = new Controller(client, metrics, recorder, log, {
     namespaces: options.namespaces,

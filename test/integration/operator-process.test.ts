@@ -84,6 +84,9 @@ it("serves probes and the contract's metrics, and logs JSON", async () => {
   }
   const reconciled = lines.map((l) => JSON.parse(l)).find((l) => l.reconcileID && l.namespace === ns);
   expect(reconciled).toMatchObject({ logger: "agent-watchdog", name: "metrics" });
+  // started with the template's own sandbox identity (the default outside the chart), it says so
+  const unfenced = lines.map((l) => JSON.parse(l)).find((l) => l.sandboxServiceAccount === "none");
+  expect(unfenced?.level, "a warning that sandboxes run unfenced").toBe("warn");
 });
 
 it("runs sandboxes under a per-namespace ServiceAccount with a pod-bound token", async () => {
@@ -98,6 +101,7 @@ it("runs sandboxes under a per-namespace ServiceAccount with a pod-bound token",
   expect(sa.automountServiceAccountToken).toBe(false);
   const binding = await client.get<any>(`/apis/rbac.authorization.k8s.io/v1/namespaces/${ns}/rolebindings/agent-watchdog-sandbox`);
   expect(binding.roleRef).toMatchObject({ kind: "ClusterRole", name: "agent-watchdog-sandbox" });
+  expect(operator.logs.filter((l) => l.includes('"sandboxServiceAccount":"none"')), "no unfenced warning with an identity of the operator's").toEqual([]);
 });
 
 /** The keys of a JSON object's outermost level, duplicates included (JSON.parse drops them). */

@@ -229,7 +229,7 @@ async function soakOnce({ runs, durationMs, settleMs, node, seed, namespace }: S
   const rand = random(seed);
   const world = await soakWorld({ node, namespace, dir, log });
   stopOnSignal = () => world.teardown();
-  const observer = new Observer(world.client, namespace, { namespace, name: LEASE_NAME }, world.nodeView);
+  const observer = new Observer(world.client, namespace, { namespace, name: LEASE_NAME }, world.nodeView, world.nodeEvents);
   const faults: FaultRecord[] = [];
   let settled = false;
   let record: SoakRecord | undefined;
@@ -310,6 +310,7 @@ async function soakOnce({ runs, durationMs, settleMs, node, seed, namespace }: S
       seed,
       startedAt,
       endedAt: Date.now(),
+      durationMs,
       node,
       pods: [...observer.pods.values()],
       containers: observer.containers,

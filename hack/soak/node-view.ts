@@ -1,7 +1,39 @@
-// What really runs on the real node: containerd's own list of tasks, read with `ctr` on the node's
-// socket. A container's labels (its pod) never change, so each is read once.
-import { execFile } from "node:child_process";
+// What really runs on the real node, from containerd itself through `ctr` on the node's socket: its
+// list of tasks, and the stream of its task events (each start and exit with containerd's time). A
+// container's labels (its pod) never change, so each is read once.
+import { execFile, spawn } from "node:child_process";
+import { createInterface } from "node:readline";
 import type { RunningContainer } from "./observer.ts";
+
+/** A sandbox container's task started or exited, as containerd announced it. */
+export interface TaskEvent {
+  id: string;
+  kind: "start" | "exit";
+  /** containerd's time of it (this machine's clock), in ms. */
+  at: number;
+}
+
+/**
+ * Reads one line of `ctr events`: `<date> <time> +0000 UTC <namespace> <topic> <json>`. Only the
+ * start and the exit of a container's own task count (an exec's exit names the exec, not the
+ * container); an exit's time is containerd's exited_at.
+ */
+export function parseTaskEvent(line: string): TaskEvent | undefined {
+  const match = /^(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d(?:\.\d+)?) \+0000 UTC k8s\.io \/tasks\/(start|exit) (\{.*\})$/.exec(line.trim());
+  if (!match) return undefined;
+  let body: { container_id?: unknown; id?: unknown; exited_at?: unknown };
+  try {
+    body = JSON.parse(match[4] as string) as typeof body;
+  } catch {
+    return undefined;
+  }
+  const id = body.container_id;
+  if (typeof id !== "string") return undefined;
+  if (match[3] === "exit" && body.id !== undefined && body.id !== id) return undefined;
+  const seconds = (match[2] as string).replace(/(\.\d{3})\d*$/, "$1");
+  const at = match[3] === "exit" && typeof body.exited_at === "string" ? Date.parse(body.exited_at) : Date.parse(`${match[1]}T${seconds}Z`);
+  return Number.isNaN(at) ? undefined : { id, kind: match[3] as TaskEvent["kind"], at };
+}
 
 export interface NodeContainer extends RunningContainer {
   id: string;
@@ -27,6 +59,51 @@ export class ContainerdView {
     );
   }
 
+  /**
+   * The pod of application container `id` and the container's name; undefined for a pod sandbox
+   * (it holds namespaces, not work) or a container removed meanwhile (the kubelet collects old
+   * ones: it runs nothing any more).
+   */
+  async describe(id: string): Promise<(RunningContainer & { container: string }) | undefined> {
+    let labels = this.labels.get(id);
+    if (!labels) {
+      let info: string;
+      try {
+        info = await this.ctr(["containers", "info", id]);
+      } catch (err) {
+        if (/not found/.test(String(err))) return undefined;
+        throw err;
+      }
+      labels = ((JSON.parse(info) as { Labels?: Record<string, string> }).Labels ?? {}) as Record<string, string>;
+      this.labels.set(id, labels);
+    }
+    const container = labels["io.kubernetes.container.name"];
+    if (labels["io.cri-containerd.kind"] !== "container" || !container) return undefined;
+    return { container, pod: labels["io.kubernetes.pod.name"] ?? "", namespace: labels["io.kubernetes.pod.namespace"] ?? "", podUid: labels["io.kubernetes.pod.uid"] ?? "" };
+  }
+
+  /** Follows containerd's task events until stopped; a stream that ends is started again. */
+  events(onEvent: (event: TaskEvent) => void): { stop(): void } {
+    let stopped = false;
+    let child: ReturnType<typeof spawn> | undefined;
+    const follow = () => {
+      if (stopped) return;
+      child = spawn("ctr", ["--address", this.socket, "events"], { stdio: ["ignore", "pipe", "ignore"] });
+      createInterface({ input: child.stdout! }).on("line", (line) => {
+        const event = parseTaskEvent(line);
+        if (event) onEvent(event);
+      });
+      child.once("close", () => setTimeout(follow, 500));
+    };
+    follow();
+    return {
+      stop() {
+        stopped = true;
+        child?.kill();
+      },
+    };
+  }
+
   /** Every application container, with its task's status ("CREATED" when it has no task; pod sandboxes left out). */
   async containers(): Promise<NodeContainer[]> {
     const tasks = new Map<string, { pid: number; status: string }>();
@@ -36,32 +113,10 @@ export class ContainerdView {
     }
     const out: NodeContainer[] = [];
     for (const id of (await this.ctr(["containers", "ls", "--quiet"])).split("\n").filter(Boolean)) {
-      let labels = this.labels.get(id);
-      if (!labels) {
-        let info: string;
-        try {
-          info = await this.ctr(["containers", "info", id]);
-        } catch (err) {
-          // Removed between the list and this read (the kubelet collects old containers): it
-          // runs nothing any more.
-          if (/not found/.test(String(err))) continue;
-          throw err;
-        }
-        labels = ((JSON.parse(info) as { Labels?: Record<string, string> }).Labels ?? {}) as Record<string, string>;
-        this.labels.set(id, labels);
-      }
-      const container = labels["io.kubernetes.container.name"];
-      if (labels["io.cri-containerd.kind"] !== "container" || !container) continue; // pod sandboxes hold namespaces, not work
+      const described = await this.describe(id);
+      if (!described) continue;
       const task = tasks.get(id);
-      out.push({
-        id,
-        pid: task?.pid ?? 0,
-        status: task?.status ?? "CREATED",
-        container,
-        pod: labels["io.kubernetes.pod.name"] ?? "",
-        namespace: labels["io.kubernetes.pod.namespace"] ?? "",
-        podUid: labels["io.kubernetes.pod.uid"] ?? "",
-      });
+      out.push({ id, pid: task?.pid ?? 0, status: task?.status ?? "CREATED", ...described });
     }
     return out;
   }

@@ -5,6 +5,7 @@
 import { LABELS } from "../../operator/api/annotations.ts";
 import { parseDuration } from "../../operator/api/duration.ts";
 import type { Json, KubeClient } from "../../operator/kube/client.ts";
+import type { TaskEvent } from "./node-view.ts";
 import type { ApprovalRecord, AttemptEnd, ContainerInterval, HeartbeatRecord, LeaseRecord, PhaseRecord, PodRecord, RunRecord } from "./record.ts";
 import { HEARTBEAT_FIELD, serverWriteTime } from "../../operator/api/managed-fields.ts";
 
@@ -18,6 +19,15 @@ export interface RunningContainer {
 }
 
 export type NodeView = () => Promise<RunningContainer[]>;
+
+/** containerd's stream of task starts and exits, and which pod a container belongs to. */
+export interface NodeEvents {
+  events(onEvent: (event: TaskEvent) => void): { stop(): void };
+  describe(id: string): Promise<RunningContainer | undefined>;
+}
+
+/** A sandbox pod's run, from its name (<run>-<attempt>-<uid prefix>), when its object was not seen. */
+const runOfPod = (pod: string) => pod.replace(/-\d+(-[a-z0-9]+)?$/, "");
 
 const ms = (t: unknown) => (typeof t === "string" ? Date.parse(t) : NaN);
 
@@ -115,6 +125,10 @@ export class Observer {
   private readonly open = new Map<string, ContainerInterval>();
   private readonly watches: ListWatch[] = [];
   private sampling?: Promise<void>;
+  /** Containers whose task start containerd announced and whose exit it has not yet, by id. */
+  private readonly started = new Map<string, ContainerInterval>();
+  private following?: { stop(): void };
+  private taskEvents: Promise<void> = Promise.resolve();
   private stopped = false;
   samples = 0;
 
@@ -122,14 +136,16 @@ export class Observer {
   private readonly namespace: string;
   private readonly lease: { namespace: string; name: string };
   private readonly nodeView: NodeView;
+  private readonly nodeEvents?: NodeEvents;
   /** Told of each pod seen Failed, once (the soak keeps its log for whoever looks into it). */
   onFailedPod?: (pod: string) => void;
 
-  constructor(client: KubeClient, namespace: string, lease: { namespace: string; name: string }, nodeView: NodeView) {
+  constructor(client: KubeClient, namespace: string, lease: { namespace: string; name: string }, nodeView: NodeView, nodeEvents?: NodeEvents) {
     this.client = client;
     this.namespace = namespace;
     this.lease = lease;
     this.nodeView = nodeView;
+    if (nodeEvents) this.nodeEvents = nodeEvents;
   }
 
   start(): void {
@@ -141,14 +157,36 @@ export class Observer {
     );
     for (const w of this.watches) w.start();
     this.sampling = this.sample();
+    // One event at a time, in containerd's order: an exit never overtakes its start's lookup.
+    this.following = this.nodeEvents?.events((event) => void (this.taskEvents = this.taskEvents.then(() => this.onTaskEvent(event))));
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
+    this.following?.stop();
     await Promise.all(this.watches.map((w) => w.stop()));
     await this.sampling;
+    await this.taskEvents;
     for (const interval of this.open.values()) this.containers.push(interval);
     this.open.clear();
+    // Still running when the soak ended.
+    for (const interval of this.started.values()) this.containers.push({ ...interval, to: Date.now() });
+    this.started.clear();
+  }
+
+  /** A container of a sandbox pod started or exited, by containerd's word and time. */
+  private async onTaskEvent(event: TaskEvent): Promise<void> {
+    if (event.kind === "exit") {
+      const interval = this.started.get(event.id);
+      if (!interval) return; // started before the observer, or not a sandbox's
+      this.started.delete(event.id);
+      this.containers.push({ ...interval, to: Math.max(interval.from + 1, event.at) });
+      return;
+    }
+    const container = await this.nodeEvents?.describe(event.id).catch(() => undefined);
+    if (!container || container.namespace !== this.namespace) return;
+    const record = container.podUid ? this.pods.get(container.podUid) : undefined;
+    this.started.set(event.id, { pod: container.pod, run: record?.run ?? runOfPod(container.pod), from: event.at, to: event.at + 1, source: "events" });
   }
 
   /** The runs as last seen, with what their status showed over time. */
@@ -298,7 +336,7 @@ export class Observer {
         for (const c of running) {
           if (c.namespace !== this.namespace) continue;
           const record = c.podUid ? this.pods.get(c.podUid) : [...this.pods.values()].find((p) => p.name === c.pod);
-          const run = record?.run ?? c.pod.replace(/-\d+(-[a-z0-9]+)?$/, "");
+          const run = record?.run ?? runOfPod(c.pod);
           const key = c.podUid ?? c.pod;
           now.add(key);
           // An interval ends just after its last sample, so that two containers seen in one

@@ -33,6 +33,11 @@ export interface ContainerInterval {
   run: string;
   from: number;
   to: number;
+  /**
+   * events: from containerd's task start to its exit, as containerd announced them (real node);
+   * otherwise sampled every 250 ms (containerd's task list, or the kwok runner's processes).
+   */
+  source?: "events";
 }
 
 /** One heartbeat value of a run, as its status showed it. */
@@ -158,6 +163,8 @@ export interface SoakRecord {
   seed?: number;
   startedAt: number;
   endedAt: number;
+  /** How long faults were injected (--duration); the rest, to endedAt, was the wait to settle. */
+  durationMs?: number;
   node: "kubelet" | "kwok";
   pods: PodRecord[];
   containers: ContainerInterval[];

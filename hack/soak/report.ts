@@ -10,7 +10,7 @@ const LABELS: Record<(typeof INVARIANTS)[number], string> = {
   lostOrStuckRuns: "lost or stuck runs",
   ledgerGaps: "ledger rows missing or doubled",
   sideEffects: "side effects not exactly once",
-  misappliedAnswers: "answers applied to a request they did not name",
+  misappliedAnswers: "answers applied to another request",
   operatorCrashes: "operator crashes",
 };
 

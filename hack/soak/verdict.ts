@@ -24,7 +24,7 @@ export function judge(history: SoakRecord, extra: { runs?: number; samples?: num
     seed: history.seed ?? NaN,
     node: history.node,
     runs: extra.runs ?? history.runs.length,
-    durationMs: extra.durationMs ?? history.endedAt - history.startedAt,
+    durationMs: extra.durationMs ?? history.durationMs ?? history.endedAt - history.startedAt,
     settled,
     faults: history.faults,
     findings,

@@ -16,7 +16,7 @@ import { freePort } from "../lib/free-port.ts";
 import { startApiProxy, type TcpProxy } from "../lib/tcp-proxy.ts";
 import { SandboxRunner, stateRoot } from "../sandbox-runner.ts";
 import { ContainerdView } from "./node-view.ts";
-import type { NodeView } from "./observer.ts";
+import type { NodeEvents, NodeView } from "./observer.ts";
 import type { OperatorExit } from "./record.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
@@ -47,6 +47,8 @@ export interface SoakWorld {
   image: string;
   sandboxEnv: Record<string, string>;
   nodeView: NodeView;
+  /** containerd's task events, on the real node. */
+  nodeEvents?: NodeEvents;
   /** Pids of sandbox processes (the agent containers' or the runner's), by pod name. */
   sandboxPids(): Promise<Map<string, number>>;
   replicas: Map<string, Replica>;
@@ -77,6 +79,7 @@ export async function soakWorld(options: WorldOptions): Promise<SoakWorld> {
   let kubeconfig: string;
   let image = "agent-watchdog:0.1.0";
   let nodeView: NodeView;
+  let nodeEvents: NodeEvents | undefined;
   let sandboxPids: SoakWorld["sandboxPids"];
   const outboxDir = join(dir, "outbox");
   const sandboxEnv: Record<string, string> = { ...EXAMPLE_ENV, EXAMPLE_STEPS: "8", EXAMPLE_STEP_DELAY_MS: "2000" };
@@ -88,6 +91,7 @@ export async function soakWorld(options: WorldOptions): Promise<SoakWorld> {
     image = node.image;
     const containerd = new ContainerdView(join(state, "control-plane/node/containerd/containerd.sock"));
     nodeView = () => containerd.running();
+    nodeEvents = containerd;
     sandboxPids = async () => new Map((await containerd.running()).filter((c) => c.namespace === namespace).map((c) => [c.pod, c.pid]));
   } else {
     log("the control plane with a kwok node");
@@ -188,6 +192,7 @@ export async function soakWorld(options: WorldOptions): Promise<SoakWorld> {
     image,
     sandboxEnv,
     nodeView,
+    ...(nodeEvents ? { nodeEvents } : {}),
     sandboxPids,
     replicas,
     operatorExits,

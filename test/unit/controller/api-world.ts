@@ -63,6 +63,8 @@ export class ApiWorld extends World {
   private checkKill(patch: Json): void {
     const failure = patch.status?.lastFailure;
     if (failure?.reason !== "HeartbeatTimeout" || typeof failure.attempt !== "number") return;
+    // A heartbeat the sandbox has since overwritten (with garbage, say) is no longer its report.
+    if (this.run.status?.heartbeat?.attempt !== failure.attempt) return;
     const accepted = this.heartbeatAccepted.get(failure.attempt);
     const timeout = parseDuration(String(this.run.status?.watchdog?.heartbeatTimeout ?? patch.status?.watchdog?.heartbeatTimeout ?? "0s"));
     if (accepted !== undefined && this.now < accepted + timeout) {

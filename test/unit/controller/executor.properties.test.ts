@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 import { scenario, play } from "../watchdog/scenario.ts";
 import { ApiWorld, type Fault, type Operation } from "./api-world.ts";
 
-const RUNS = Number(process.env.PROPERTY_RUNS ?? 1000) / 4;
+const RUNS = Math.max(1, Math.floor(Number(process.env.PROPERTY_RUNS ?? 1000) / 4));
 
 // Refusals the API server really gives each request: an outage or overload anywhere, a conflict
 // on a guarded write, a refusal for content on a status write.

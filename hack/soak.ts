@@ -22,6 +22,7 @@ import type { AnswerRecord, FaultRecord, LedgerRecord, SoakRecord } from "./soak
 import { checkHistoryCommand, judge } from "./soak/verdict.ts";
 import { LEASE_NAME, soakWorld, type SoakWorld } from "./soak/world.ts";
 import { stateRoot } from "./sandbox-runner.ts";
+import { DEFECTS, REINTRODUCE_ENV, chosenDefect, type Defect } from "../operator/defects.ts";
 
 const USAGE = `usage: npm run soak -- [--runs 60] [--duration 5m] [--node kubelet|kwok] [--seed N]
 
@@ -37,6 +38,10 @@ const USAGE = `usage: npm run soak -- [--runs 60] [--duration 5m] [--node kubele
   --namespace NAME  where the runs go (default agent-watchdog-soak); it is recreated
   --repeat N        run N soaks one after another, the first with --seed and the next with seeds
                     drawn from it; stop at the first that breaks a promise, keeping its history
+  --reintroduce NAME
+                    run the operator replicas with one fixed defect re-introduced (a development
+                    switch the image does not have; names in operator/defects.ts), to show that
+                    the checker flags what it does; the history records which
   --self-test       the checker's own test (as npm run check-history -- --self-test)
   --record FILE     judge again a history an earlier soak wrote (as npm run check-history -- FILE)
 
@@ -44,7 +49,7 @@ Faults: SIGKILL of the leading replica every 30 s (a graceful rollout every four
 operator connections cut every 45 s, an agent process killed every 40 s; every five minutes a
 409 storm on the runs' metadata, the leader's connections stalled for 20 s, kube-apiserver and
 etcd killed and restarted, the node paused for 30 to 90 s (kubelet only), PostgreSQL stopped for
-60 s; one run in ten has a sandbox clock 10 minutes fast; about half the approval requests first get
+60 s; one healthy run in four has a sandbox clock 10 minutes off (slow and fast in turn); about half the approval requests first get
 a stray answer naming another request, which must be refused.
 
 Each soak writes its history (history.json: pods, containers as containerd ran them, heartbeats,
@@ -71,19 +76,24 @@ interface PlannedRun {
   name: string;
   behaviour: string;
   at: number;
-  skewed: boolean;
+  /** How far its sandbox's clock is off, ms (0: not at all). */
+  skewMs: number;
 }
 
 function planRuns(count: number, durationMs: number, rand: () => number): PlannedRun[] {
   const window = durationMs * 0.6;
+  let healthy = 0;
   return Array.from({ length: count }, (_, i) => {
     const behaviour = MIX[i % MIX.length] as string;
-    return { name: `r${i}-${behaviour}`, behaviour, at: Math.floor((i / count) * window + rand() * (window / count)), skewed: behaviour === "healthy" && i % 10 === 0 };
+    // One healthy run in four has a sandbox clock ten minutes off, slow and fast in turn.
+    const n = behaviour === "healthy" ? healthy++ : -1;
+    const skewMs = n >= 0 && n % 4 === 0 ? (n % 8 === 0 ? -1 : 1) * 10 * 60_000 : 0;
+    return { name: `r${i}-${behaviour}`, behaviour, at: Math.floor((i / count) * window + rand() * (window / count)), skewMs };
   });
 }
 
 function manifest(world: SoakWorld, run: PlannedRun): Json {
-  const env = { ...world.sandboxEnv, ...(run.skewed ? { EXAMPLE_CLOCK_SKEW_MS: String(10 * 60_000) } : {}) };
+  const env = { ...world.sandboxEnv, ...(run.skewMs ? { EXAMPLE_CLOCK_SKEW_MS: String(run.skewMs) } : {}) };
   const watchdog = run.behaviour === "hang-in-tool" ? { ...SOAK_WATCHDOG, maxRestarts: 1 } : SOAK_WATCHDOG;
   const out = manifestFor({ name: run.name, behaviour: run.behaviour as Behaviour, watchdog, expected: "" }, { image: world.image, env });
   (out.metadata as { labels: Record<string, string> }).labels = { "app.kubernetes.io/part-of": "agent-watchdog-soak" };
@@ -169,6 +179,8 @@ interface SoakOptions {
   node: "kubelet" | "kwok";
   seed: number;
   namespace: string;
+  /** The fixed defect the operator replicas run with, if any. */
+  reintroduced?: Defect;
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -182,6 +194,7 @@ async function main(argv: string[]): Promise<number> {
       settle: { type: "string" },
       namespace: { type: "string" },
       repeat: { type: "string" },
+      reintroduce: { type: "string" },
       record: { type: "string" },
       "self-test": { type: "boolean" },
       help: { type: "boolean", short: "h" },
@@ -202,7 +215,11 @@ async function main(argv: string[]): Promise<number> {
   if (node !== "kubelet" && node !== "kwok") throw new Error(`--node ${node} must be kubelet or kwok`);
   if (!Number.isInteger(firstSeed)) throw new Error(`--seed ${values.seed} must be a whole number`);
   if (!Number.isInteger(repeat) || repeat < 1) throw new Error(`--repeat ${values.repeat} must be a positive whole number`);
-  const options = { runs, node, durationMs: parseDuration(values.duration ?? "5m"), settleMs: parseDuration(values.settle ?? "5m"), namespace: values.namespace ?? "agent-watchdog-soak" } as const;
+  // The replicas inherit the soak's environment: the switch is set there, checked first.
+  const chosen = chosenDefect({ [REINTRODUCE_ENV]: values.reintroduce ?? process.env[REINTRODUCE_ENV] });
+  if (chosen.error) throw new Error(chosen.error);
+  if (chosen.defect) process.env[REINTRODUCE_ENV] = chosen.defect;
+  const options = { reintroduced: chosen.defect, runs, node, durationMs: parseDuration(values.duration ?? "5m"), settleMs: parseDuration(values.settle ?? "5m"), namespace: values.namespace ?? "agent-watchdog-soak" } as const;
   const seeds = random(firstSeed);
   for (let i = 1; i <= repeat; i++) {
     // The first soak takes the given seed; the next ones new seeds drawn from it, so that the
@@ -220,12 +237,13 @@ async function main(argv: string[]): Promise<number> {
 }
 
 /** One soak: its world, its runs and faults, its history written, then the checker's verdict. */
-async function soakOnce({ runs, durationMs, settleMs, node, seed, namespace }: SoakOptions): Promise<number> {
+async function soakOnce({ runs, durationMs, settleMs, node, seed, namespace, reintroduced }: SoakOptions): Promise<number> {
   const dir = join(stateRoot(), "soak", `${Date.now()}`);
   const historyFile = join(dir, "history.json");
   mkdirSync(dir, { recursive: true });
   const log = (line: string) => process.stderr.write(`[soak ${new Date().toISOString().slice(11, 19)}] ${line}\n`);
   log(`seed ${seed}; files in ${dir}`);
+  if (reintroduced) log(`the operator replicas run with a fixed defect re-introduced: ${reintroduced} (${DEFECTS[reintroduced]})`);
   const rand = random(seed);
   const world = await soakWorld({ node, namespace, dir, log });
   stopOnSignal = () => world.teardown();
@@ -247,7 +265,7 @@ async function soakOnce({ runs, durationMs, settleMs, node, seed, namespace }: S
     // Behaviours that complete, so that a sandbox killed from outside costs one restart and no more.
     const completes = new Set(["healthy", "crash", "rate-limited", "side-effect-then-crash"]);
     const killable = new Set(planned.filter((r) => completes.has(r.behaviour)).map((r) => r.name));
-    for (const r of planned.filter((p) => p.skewed)) faults.push({ kind: "clock-skew", at: startedAt + r.at, detail: `${r.name}: sandbox clock 10 minutes fast` });
+    for (const r of planned.filter((p) => p.skewMs !== 0)) faults.push({ kind: "clock-skew", at: startedAt + r.at, detail: `${r.name}: sandbox clock ${Math.abs(r.skewMs) / 60_000} minutes ${r.skewMs > 0 ? "fast" : "slow"}` });
     const answering = approver(world, rand, faults);
     const creating = (async () => {
       for (const run of planned) {
@@ -312,6 +330,7 @@ async function soakOnce({ runs, durationMs, settleMs, node, seed, namespace }: S
       endedAt: Date.now(),
       durationMs,
       node,
+      ...(reintroduced ? { reintroduced } : {}),
       pods: [...observer.pods.values()],
       containers: observer.containers,
       heartbeats: observer.heartbeats,

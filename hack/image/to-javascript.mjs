@@ -4,6 +4,11 @@
 // operator that loads JavaScript does not pay for the type stripper at run time (about 30 MiB of
 // an idle operator's resident memory, measured on the same cluster: 121 MiB against 93 MiB).
 //
+// The development switch that re-introduces fixed defects (operator/defects.ts) is compiled out:
+// its module is replaced by one in which every switch is off and no environment is read, and a
+// setting that asks for a defect is refused with a clear message, so no released operator can run
+// with a defect turned back on.
+//
 // Usage: node to-javascript.mjs DIR   (rewrites DIR in place: each .ts becomes a .js)
 import { readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { stripTypeScriptTypes } from "node:module";
@@ -27,9 +32,23 @@ function convert(dir) {
   }
 }
 
+/** The image's operator/defects.js: the same exports, every switch off. */
+const DEFECTS_OFF = `// Built for the image: fixed defects cannot be re-introduced here (operator/defects.ts in the sources).
+export const DEFECTS = {};
+export const REINTRODUCE_ENV = "AGENT_WATCHDOG_REINTRODUCE";
+export function chosenDefect(env) {
+  const name = env[REINTRODUCE_ENV];
+  return name === undefined || name === "" ? {} : { error: \`\${REINTRODUCE_ENV} is a development switch: this build re-introduces no defect\` };
+}
+export function reintroduced() {
+  return false;
+}
+`;
+
 const [dir] = process.argv.slice(2);
 if (!dir) {
   process.stderr.write("usage: node to-javascript.mjs DIR\n");
   process.exit(2);
 }
 convert(dir);
+writeFileSync(join(dir, "defects.js"), DEFECTS_OFF);

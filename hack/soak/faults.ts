@@ -227,7 +227,7 @@ export async function apply(ctx: FaultContext, planned: Planned): Promise<FaultR
       break;
     }
     case "clock-skew":
-      record.detail = "sandbox clock 10 minutes fast";
+      record.detail = "a sandbox clock 10 minutes off";
       break;
   }
   return record;

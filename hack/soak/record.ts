@@ -166,6 +166,8 @@ export interface SoakRecord {
   /** How long faults were injected (--duration); the rest, to endedAt, was the wait to settle. */
   durationMs?: number;
   node: "kubelet" | "kwok";
+  /** The fixed defect the operator ran with (npm run soak -- --reintroduce), if any. */
+  reintroduced?: string;
   pods: PodRecord[];
   containers: ContainerInterval[];
   heartbeats: HeartbeatRecord[];

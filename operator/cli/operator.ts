@@ -2,6 +2,7 @@
 // pods, serves metrics and probes, and reconciles, behind a Lease when --leader-elect is given.
 import type { Server } from "node:http";
 import { Controller } from "../controller/controller.ts";
+import { DEFECTS, chosenDefect } from "../defects.ts";
 import { EventRecorder } from "../controller/events.ts";
 import { LEADER_DEFAULTS, LeaderElector } from "../controller/leader.ts";
 import { KubeClient } from "../kube/client.ts";
@@ -44,6 +45,8 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
       "sandboxes run as their template's service account: the admission fencing does not apply to them unless its name ends in -sandbox; --sandbox-service-account=run gives each run its own fenced identity, as the chart does",
     );
   }
+  const defect = chosenDefect(process.env).defect;
+  if (defect) log.warn({ defect, what: DEFECTS[defect] }, "a fixed defect is re-introduced on purpose (a development switch, for the checker's proof): never run this operator for real");
   const recorder = new EventRecorder(client, options.identity, log);
   const controller = new Controller(client, metrics, recorder, log, {
     namespaces: options.namespaces,

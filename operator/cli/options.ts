@@ -6,6 +6,7 @@ import { parseYaml } from "../kube/connection.ts";
 import { z } from "zod";
 import { DURATION_PATTERN, parseDuration } from "../api/duration.ts";
 import { InstallDefaults } from "../api/defaults.ts";
+import { chosenDefect } from "../defects.ts";
 import { DatabaseUrlError, givesRefusedFlag, REFUSAL, resolveDatabaseUrl } from "./database-url.ts";
 
 const duration = z.string().regex(DURATION_PATTERN, "must be a duration such as 30s or 5m").transform(parseDuration);
@@ -86,6 +87,8 @@ export class OptionsError extends Error {}
 export function parseOptions(argv: string[], env: NodeJS.ProcessEnv): OperatorOptions {
   // Refused before parsing, so that the reason is given even when the flag has no value.
   if (givesRefusedFlag(argv)) throw new OptionsError(REFUSAL);
+  const reintroduce = chosenDefect(env).error;
+  if (reintroduce) throw new OptionsError(reintroduce);
   let values: Record<string, string | boolean | undefined>;
   try {
     ({ values } = parseArgs({

@@ -4,6 +4,7 @@
 // ago and not yet seen, take it for vanished. So the API server's answer to each write stands in
 // for the cached object until the watch delivers that version or a newer one, as the Job
 // controller's expectations hold its decisions until its own pod creations are observed.
+import { reintroduced } from "../defects.ts";
 import type { Json } from "../kube/client.ts";
 
 /**
@@ -52,7 +53,7 @@ export class Written {
   /** Remembers a pod as a create or delete returned it. */
   pod(key: string, pod: Json, now = Date.now()): void {
     const uid = (pod.metadata as { uid?: string }).uid;
-    if (uid && this.gone.has(uid)) return;
+    if (uid && this.gone.has(uid) && !reintroduced("resurrected-pod")) return;
     let pods = this.pods.get(key);
     if (!pods) this.pods.set(key, (pods = new Map()));
     pods.set(nameOf(pod), { object: pod, at: now });

@@ -28,7 +28,7 @@
 // The behaviour is env EXAMPLE_BEHAVIOUR, else the run's spec.goal when it names one, else healthy.
 // Timings (for fast tests): EXAMPLE_STEPS (3), EXAMPLE_STEP_DELAY_MS (1000), EXAMPLE_LOOP_DELAY_MS
 // (500), EXAMPLE_MAX_LOOPS (50), EXAMPLE_RETRY_AFTER_SECONDS (5), EXAMPLE_CLOCK_SKEW_MS (0: how far
-// the sandbox's clock runs fast). The runaway's spending: EXAMPLE_TOKENS_PER_STEP (20000, three
+// the sandbox's clock runs fast; negative: slow). The runaway's spending: EXAMPLE_TOKENS_PER_STEP (20000, three
 // quarters input), EXAMPLE_MODEL (example-model: the name spec.budget.prices can price). The outbox: EXAMPLE_OUTBOX_URL
 // (a shared outbox service, for pods) or EXAMPLE_OUTBOX_DIR (a directory; default a temp dir).
 //
@@ -60,6 +60,14 @@ function intEnv(name: string, fallback: number): number {
   if (text === undefined || text === "") return fallback;
   const value = Number(text);
   if (!Number.isFinite(value) || value < 0) throw new Error(`${name}=${text} is not a non-negative number`);
+  return value;
+}
+
+function signedIntEnv(name: string, fallback: number): number {
+  const text = process.env[name];
+  if (text === undefined || text === "") return fallback;
+  const value = Number(text);
+  if (!Number.isInteger(value)) throw new Error(`${name}=${text} is not a whole number`);
   return value;
 }
 
@@ -244,7 +252,7 @@ const behaviours: Record<Behaviour, (sandbox: Sandbox) => Promise<void>> = {
 
 // A sandbox whose clock is off (EXAMPLE_CLOCK_SKEW_MS, for the soak): the watchdog must measure
 // its heartbeats on the API server's clock, never on this one.
-const skewMs = intEnv("EXAMPLE_CLOCK_SKEW_MS", 0);
+const skewMs = signedIntEnv("EXAMPLE_CLOCK_SKEW_MS", 0);
 await runAgent(
   async (sandbox) => {
     const behaviour = chooseBehaviour(process.env.EXAMPLE_BEHAVIOUR, sandbox.goal);

@@ -8,6 +8,7 @@
 import type { AgentRun, ApprovalStatus } from "../api/agentrun.ts";
 import { ANNOTATIONS, ANSWER_ANNOTATIONS } from "../api/annotations.ts";
 import { cutToCodePoints } from "../api/limits.ts";
+import { reintroduced } from "../defects.ts";
 import { event, type Outcome } from "./outcome.ts";
 import { REASONS } from "./reasons.ts";
 
@@ -29,11 +30,12 @@ export function readAnswers(run: AgentRun, approval: ApprovalStatus | undefined)
   if (reject === undefined && approve === undefined) return {};
   const named = annotations[ANNOTATIONS.approvalId];
   const pending = approval?.state === "Pending" ? approval.id : undefined;
-  if (pending !== undefined && named === pending) {
+  if (pending !== undefined && (named === pending || reintroduced("unbound-answers"))) {
     return {
       answer: reject !== undefined ? { kind: "reject", reason: reject || "rejected", requestId: pending } : { kind: "approve", answer: approve || "approved", requestId: pending },
     };
   }
+  if (pending === undefined && reintroduced("unbound-answers")) return {}; // kept for the next request
   const what = reject !== undefined ? ANNOTATIONS.reject : ANNOTATIONS.approve;
   const ended = approval && approval.state !== "Pending" && named !== undefined && named === approval.id ? approval : undefined;
   const why =

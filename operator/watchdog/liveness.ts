@@ -7,6 +7,7 @@
 import { Heartbeat } from "../api/agentrun.ts";
 import { HEARTBEAT_FIELD, serverWriteTime } from "../api/managed-fields.ts";
 import { toMillis } from "../api/timestamp.ts";
+import { reintroduced } from "../defects.ts";
 
 export interface CurrentHeartbeat {
   heartbeat: Heartbeat;
@@ -36,6 +37,7 @@ export function currentHeartbeat(heartbeat: Heartbeat | undefined, attempt: numb
   const sandboxTime = toMillis(heartbeat.time);
   const skewMs = at !== undefined && sandboxTime !== undefined ? sandboxTime - at : 0;
   if (at === undefined) return { heartbeat, skewMs };
+  if (reintroduced("sandbox-clock") && sandboxTime !== undefined) return { heartbeat, acceptedAt: sandboxTime, skewMs: 0 };
   const bounds = [serverTime !== undefined ? serverTime + SERVER_TIME_RESOLUTION_MS : undefined, seenAt].filter((t): t is number => t !== undefined);
   return { heartbeat, acceptedAt: Math.min(...bounds), skewMs };
 }

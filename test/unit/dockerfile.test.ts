@@ -11,6 +11,9 @@ import { fileURLToPath } from "node:url";
 import { DockerfileParser, type Copy, type Instruction } from "dockerfile-ast";
 import { validate } from "dockerfile-utils";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type * as Defects from "../../operator/defects.ts";
+
+type DefectsModule = typeof Defects;
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const dockerfileText = readFileSync(join(root, "Dockerfile"), "utf8");
@@ -264,6 +267,21 @@ describe("the image's production dependencies", () => {
     noMissingModule(agent.stderr);
     expect(agent.stderr).toContain("WATCHDOG_RUN_NAME");
     expect(agent.code).toBe(2);
+  });
+
+  it("compiles out the switch that re-introduces fixed defects", async () => {
+    // The operator refuses the setting with a clear message instead of running with it.
+    const operator = run([join(app, "operator/cli/main.js"), "operator"], { cwd: work, env: { ...env(), AGENT_WATCHDOG_REINTRODUCE: "sandbox-clock" } });
+    noMissingModule(operator.stderr);
+    expect(operator.stderr).toContain("AGENT_WATCHDOG_REINTRODUCE is a development switch");
+    expect(operator.code).toBe(2);
+    // No module of the image reads it, and the image's switch module is off for every name.
+    const sources = (dir: string): string[] => readdirSync(dir).flatMap((e) => (statSync(join(dir, e)).isDirectory() ? sources(join(dir, e)) : e.endsWith(".js") ? [join(dir, e)] : []));
+    const readers = sources(join(app, "operator")).filter((f) => !f.endsWith("/operator/defects.js") && readFileSync(f, "utf8").includes("AGENT_WATCHDOG_REINTRODUCE"));
+    expect(readers).toEqual([]);
+    const off = (await import(join(app, "operator/defects.js"))) as DefectsModule;
+    for (const name of ["sandbox-clock", "unbound-answers", "resurrected-pod", "late-naming"] as const) expect(off.reintroduced(name)).toBe(false);
+    expect(readFileSync(join(app, "operator/defects.js"), "utf8")).not.toContain("process.env");
   });
 
   it("loads the ledger's history command", () => {

@@ -4,6 +4,7 @@ import { SANDBOX_EXIT_CODES } from "../../api/annotations.ts";
 import type { Phase } from "../../api/agentrun.ts";
 import { formatDuration } from "../../api/duration.ts";
 import { cutToCodePoints } from "../../api/limits.ts";
+import { reintroduced } from "../../defects.ts";
 import { lastSignOfLife, onServerClock } from "../liveness.ts";
 import { hasWork, isLive, type PodView } from "../observe.ts";
 import { event, merge, type Outcome, type OperatorStatus } from "../outcome.ts";
@@ -106,7 +107,7 @@ export function running(view: RunView, next: OperatorStatus): Outcome {
   // The container's start as the API server (or this operator) saw it, never the node's own clock;
   // and never before the run named this pod, since admission refuses its writes until then.
   // Only before the first heartbeat: an accepted one already came after the naming.
-  const named = hb ? undefined : namedAt(next, attempt);
+  const named = hb || reintroduced("late-naming") ? undefined : namedAt(next, attempt);
   const lastAlive = lastSignOfLife(hb, pod.agent.startSeenAt, view.heartbeatErasedAt, named);
   const deadline = notBefore(lastAlive ?? pod.createdAt) + view.settings.heartbeatTimeoutMs;
   if (view.now > deadline) {

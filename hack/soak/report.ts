@@ -29,6 +29,8 @@ export interface Summary {
   faults: FaultRecord[];
   findings: Findings;
   samples: number;
+  /** The fixed defect the operator ran with, if any (npm run soak -- --reintroduce). */
+  reintroduced?: string;
   /** Where the history was written, for \`npm run check-history\`. */
   history?: string;
 }
@@ -37,6 +39,7 @@ export function table(summary: Summary): string {
   const { findings } = summary;
   const out: string[] = [];
   out.push(`soak on ${summary.node}: ${summary.runs} runs, ${secs(summary.durationMs)} of faults, seed ${Number.isNaN(summary.seed) ? "unknown" : summary.seed}, ${summary.settled ? "settled" : "did NOT settle"}; ${summary.samples} node samples`);
+  if (summary.reintroduced) out.push(`the operator ran with a fixed defect re-introduced on purpose: ${summary.reintroduced}`);
   out.push("");
   out.push("faults");
   const byKind = new Map<string, FaultRecord[]>();
@@ -68,7 +71,7 @@ export function table(summary: Summary): string {
 export function jsonLine(summary: Summary): string {
   const { findings } = summary;
   return JSON.stringify({
-    soak: { node: summary.node, runs: summary.runs, durationMs: summary.durationMs, seed: summary.seed, settled: summary.settled, ...(summary.history ? { history: summary.history } : {}) },
+    soak: { node: summary.node, runs: summary.runs, durationMs: summary.durationMs, seed: summary.seed, settled: summary.settled, ...(summary.reintroduced ? { reintroduced: summary.reintroduced } : {}), ...(summary.history ? { history: summary.history } : {}) },
     faults: Object.fromEntries([...new Set(summary.faults.map((f) => f.kind))].map((k) => [k, summary.faults.filter((f) => f.kind === k && !f.skipped).length])),
     violations: findings.counts,
     detection: findings.detection,

@@ -29,6 +29,7 @@ export function judge(history: SoakRecord, extra: { runs?: number; samples?: num
     faults: history.faults,
     findings,
     samples: extra.samples ?? 0,
+    ...(history.reintroduced ? { reintroduced: history.reintroduced } : {}),
     ...(extra.path ? { history: extra.path } : {}),
   };
   return { ok: settled && findings.violations.length === 0, findings, text: `${table(summary)}\n${jsonLine(summary)}\n` };

@@ -1,5 +1,5 @@
 // What a run has spent against its budget, as the plugin and the console show it: the operator's
-// own arithmetic (watchdog/budget.ts) over what the run's object says, so that a person sees the
+// own arithmetic (api/spending.ts) over what the run's object says, so that a person sees the
 // figures the watchdog decides on. The spending is status.spent (the ended attempts) plus the
 // current attempt's status.heartbeat.usage; the limits are status.budget, the effective budget the
 // operator resolved (install defaults included). Read defensively: the heartbeat is written by the
@@ -9,7 +9,7 @@ import { formatDecimal } from "../api/decimal.ts";
 import { resolveBudget, type BudgetSettings } from "../api/defaults.ts";
 import { formatElapsed } from "../api/duration.ts";
 import type { Json } from "../kube/client.ts";
-import { exhausted, measures, spending, spentFigures, usageFigures, unfoldedUsage, type Figures } from "../watchdog/budget.ts";
+import { exhausted, measures, spending, spentFigures, usageFigures, unfoldedUsage, type Figures } from "../api/spending.ts";
 
 /** One limit, with what is spent of it. */
 export interface BudgetLine {

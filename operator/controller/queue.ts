@@ -7,13 +7,7 @@
 //   trail (a run's mirror annotations) takes only the workers' idle time; a plain add makes such a
 //   key urgent again.
 
-export interface QueueMetrics {
-  depth(n: number): void;
-  add(): void;
-  retry(): void;
-  latency(seconds: number): void;
-  workDuration(seconds: number): void;
-}
+import type { QueueMetrics } from "../metrics/metrics.ts";
 
 const noMetrics: QueueMetrics = { depth() {}, add() {}, retry() {}, latency() {}, workDuration() {} };
 

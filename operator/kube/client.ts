@@ -5,29 +5,16 @@
 import { Agent, request as httpsRequest, type RequestOptions as HttpsRequestOptions } from "node:https";
 import type { IncomingMessage } from "node:http";
 import type { KubeConfig } from "@kubernetes/client-node";
+import { ApiError } from "../api/api-error.ts";
 import { tlsOptions } from "../api/service-account.ts";
 import { fromKubeConfig, loadConnection, type Connection } from "./connection.ts";
 import { ServerClock } from "./server-clock.ts";
 
 export type Json = Record<string, unknown>;
 
-export class ApiError extends Error {
-  readonly code: number;
-  readonly reason: string;
-  readonly body: unknown;
-  constructor(method: string, path: string, code: number, body: unknown) {
-    const status = body as { message?: string; reason?: string } | undefined;
-    super(`${method} ${path}: ${code} ${status?.reason ?? ""} ${status?.message ?? ""}`.trim());
-    this.name = "ApiError";
-    this.code = code;
-    this.reason = status?.reason ?? "";
-    this.body = body;
-  }
-}
+export { ApiError, isAlreadyExists, isConflict, isNotFound } from "../api/api-error.ts";
 
-export const isNotFound = (e: unknown) => e instanceof ApiError && e.code === 404;
-export const isConflict = (e: unknown) => e instanceof ApiError && e.code === 409;
-export const isAlreadyExists = (e: unknown) => isConflict(e) && (e as ApiError).reason === "AlreadyExists";
+const headerText = (value: string | string[] | undefined) => (Array.isArray(value) ? value[0] : value);
 
 export const MERGE_PATCH = "application/merge-patch+json";
 export const JSON_PATCH = "application/json-patch+json";
@@ -144,7 +131,7 @@ export class KubeClient {
           parsed = { message: text.trim().slice(0, 200) };
         }
       }
-      if (code < 200 || code > 299) throw new ApiError(method, path, code, parsed);
+      if (code < 200 || code > 299) throw new ApiError(method, path, code, parsed, headerText(response.headers["retry-after"]));
       return parsed as T;
     } finally {
       const ms = performance.now() - started;

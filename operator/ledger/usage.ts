@@ -9,7 +9,7 @@ import type { BudgetSpec } from "../api/agentrun.ts";
 import { DECIMAL_PATTERN, formatDecimal, parseDecimal } from "../api/decimal.ts";
 import { resolveBudget } from "../api/defaults.ts";
 import type { Json } from "../kube/client.ts";
-import { costOf } from "../watchdog/budget.ts";
+import { costOf } from "../api/spending.ts";
 import type { RunRef } from "./rows.ts";
 
 /** A row of ledger_attempt_usage, as written. seen_at becomes first_seen and last_seen. */

@@ -2,7 +2,15 @@
 // dashboards and alerts work; the watchdog's own series start with watchdog_.
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import { BUDGET_LIMITS } from "../api/agentrun.ts";
-import type { QueueMetrics } from "../controller/queue.ts";
+
+/** What a work queue reports, as client-go's workqueue metrics name it (the controller's queue feeds it). */
+export interface QueueMetrics {
+  depth(n: number): void;
+  add(): void;
+  retry(): void;
+  latency(seconds: number): void;
+  workDuration(seconds: number): void;
+}
 
 export const CONTROLLER = "agentrun";
 

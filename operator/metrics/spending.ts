@@ -16,7 +16,7 @@ import { formatDecimal } from "../api/decimal.ts";
 import { resolveBudget } from "../api/defaults.ts";
 import type { AgentRunStatus, BudgetSpec } from "../api/agentrun.ts";
 import type { Json } from "../kube/client.ts";
-import { NOTHING, spending, type Figures } from "../watchdog/budget.ts";
+import { NOTHING, spending, type Figures } from "../api/spending.ts";
 
 export const OTHER = "_other";
 const MAX_CURRENCIES = 8;

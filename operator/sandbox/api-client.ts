@@ -13,7 +13,7 @@ import type { KubeConfig } from "@kubernetes/client-node";
 import { Agent, fetch, type Dispatcher, type Response } from "undici";
 import { GROUP, PLURAL, VERSION } from "../api/agentrun.ts";
 import { inCluster, kubeconfigPath, SERVICE_ACCOUNT_DIR, tlsOptions, type Connection } from "../api/service-account.ts";
-import { parseRetryAfter } from "./errors.ts";
+import { ApiError } from "../api/api-error.ts";
 import { timerDelayMs } from "./timers.ts";
 
 export type Json = Record<string, unknown>;
@@ -36,23 +36,7 @@ export interface SandboxApi {
   ): Promise<AbortController>;
 }
 
-export class ApiError extends Error {
-  readonly code: number;
-  readonly reason: string;
-  readonly body: unknown;
-  /** How long the server asks the client to wait (its Retry-After header, or the Status's details). */
-  readonly retryAfterSeconds?: number;
-  constructor(method: string, path: string, code: number, body: unknown, retryAfter?: string | null) {
-    const status = body as { message?: string; reason?: string; details?: { retryAfterSeconds?: unknown } } | undefined;
-    super(`${method} ${path}: ${code} ${status?.reason ?? ""} ${status?.message ?? ""}`.trim());
-    this.name = "ApiError";
-    this.code = code;
-    this.reason = status?.reason ?? "";
-    this.body = body;
-    const seconds = parseRetryAfter(retryAfter ?? undefined, Date.now()) ?? parseRetryAfter(status?.details?.retryAfterSeconds, Date.now());
-    if (seconds !== undefined) this.retryAfterSeconds = seconds;
-  }
-}
+export { ApiError };
 
 /**
  * The HTTP status of an API error, or undefined for anything else (a network error has none).

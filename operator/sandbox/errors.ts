@@ -3,10 +3,13 @@
 // "rate limited, back off without spending restarts", and a Retry-After sets the wait.
 import type { ToolCall } from "../api/agentrun.ts";
 import { SANDBOX_EXIT_CODES } from "../api/annotations.ts";
+import { parseRetryAfter } from "../api/api-error.ts";
+
+// Retry-After is read as every client of the API server reads it.
+export { MAX_RETRY_AFTER_SECONDS, parseRetryAfter } from "../api/api-error.ts";
 
 /** Upper bounds of the ToolCallError fields in the CRD. */
 export const MAX_ERROR_MESSAGE = 4096;
-export const MAX_RETRY_AFTER_SECONDS = 86_400;
 
 /**
  * How a sandbox process ends. Only 0 completes the run; unconfirmedSideEffect stops it for a
@@ -198,22 +201,6 @@ export function validationFailure(toolName: string, err: { issues: readonly Issu
   const parts = issues.map((i) => (i.path ? `${i.path}: ${i.message}` : i.message));
   const message = clip(`invalid arguments for ${toolName}: ${parts.join("; ") || "rejected by the schema"}`, MAX_ERROR_MESSAGE);
   return { kind: "validation", message, issues };
-}
-
-/** Seconds to wait from a Retry-After value: delta-seconds or an HTTP date. */
-export function parseRetryAfter(value: unknown, now: number): number | undefined {
-  let seconds: number | undefined;
-  if (typeof value === "number") seconds = value;
-  else if (typeof value === "string" && value.trim() !== "") {
-    const text = value.trim();
-    if (/^\d+(\.\d+)?$/.test(text)) seconds = Number(text);
-    else {
-      const at = Date.parse(text);
-      if (!Number.isNaN(at)) seconds = Math.ceil((at - now) / 1000);
-    }
-  }
-  if (seconds === undefined || !Number.isFinite(seconds)) return undefined;
-  return Math.min(MAX_RETRY_AFTER_SECONDS, Math.max(0, seconds));
 }
 
 function headerValue(headers: unknown, name: string): unknown {

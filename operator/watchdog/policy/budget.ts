@@ -19,7 +19,7 @@
 import { ACTIVE_PHASES, type BudgetWarningRecord, type Phase } from "../../api/agentrun.ts";
 import { cutToCodePoints } from "../../api/limits.ts";
 import { hasLimits } from "../../api/defaults.ts";
-import { budgetName, exhausted, fold, measures, spending, warned, warnThreshold, type Measure } from "../budget.ts";
+import { budgetName, exhausted, fold, measures, spending, warned, warnThreshold, type Measure } from "../../api/spending.ts";
 import { type PodView } from "../observe.ts";
 import { event, type Outcome, type OperatorStatus } from "../outcome.ts";
 import { REASONS } from "../reasons.ts";

@@ -11,7 +11,7 @@ import { readRun } from "../../../operator/sandbox/read-run.ts";
 
 const root = fileURLToPath(new URL("../../..", import.meta.url));
 const sdk = join(root, "operator/sandbox");
-const API_FILES = ["agentrun.ts", "annotations.ts", "decimal.ts", "defaults.ts", "duration.ts", "limits.ts", "read-run.ts", "service-account.ts", "timestamp.ts"].map((f) => join(root, "operator/api", f));
+const API_FILES = ["agentrun.ts", "annotations.ts", "api-error.ts", "decimal.ts", "defaults.ts", "duration.ts", "limits.ts", "read-run.ts", "service-account.ts", "timestamp.ts"].map((f) => join(root, "operator/api", f));
 
 const manifest = (path: string) => JSON.parse(readFileSync(path, "utf8")) as { dependencies: Record<string, string>; [key: string]: unknown };
 

@@ -1,11 +1,11 @@
 // The sandbox's usage arithmetic (operator/sandbox/usage.ts), pure: exact costs, reports that never
 // go down within an attempt, a lenient reading of the run's budget, and the same verdict on a
-// budget as the operator's own arithmetic (operator/watchdog/budget.ts) reaches from the report.
+// budget as the operator's own arithmetic (operator/api/spending.ts) reaches from the report.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import type { Usage } from "../../../operator/api/agentrun.ts";
 import { resolveBudget } from "../../../operator/api/defaults.ts";
-import { exhausted, measures, spending as operatorSpending } from "../../../operator/watchdog/budget.ts";
+import { exhausted, measures, spending as operatorSpending } from "../../../operator/api/spending.ts";
 import { BudgetView, MAX_COST, UsageMeter, parseCost, priceTokens } from "../../../operator/sandbox/usage.ts";
 import { DECIMAL_SCALE } from "../../../operator/api/decimal.ts";
 

@@ -4,7 +4,7 @@
 import { describe, expect, it } from "vitest";
 import { formatDecimal, parseDecimal } from "../../../operator/api/decimal.ts";
 import { resolveBudget } from "../../../operator/api/defaults.ts";
-import { costOf, fold, spending } from "../../../operator/watchdog/budget.ts";
+import { costOf, fold, spending } from "../../../operator/api/spending.ts";
 import { decide } from "../../../operator/watchdog/decide.ts";
 import { T0 } from "../fixtures.ts";
 import { World, startedWorld } from "../world.ts";

@@ -8,7 +8,7 @@ import { parseDuration } from "../../../operator/api/duration.ts";
 import { parseDecimal } from "../../../operator/api/decimal.ts";
 import { resolveBudget } from "../../../operator/api/defaults.ts";
 import { readRun } from "../../../operator/api/read-run.ts";
-import { exhausted, measures, spending } from "../../../operator/watchdog/budget.ts";
+import { exhausted, measures, spending } from "../../../operator/api/spending.ts";
 import { heartbeatManagedFields, iso } from "../fixtures.ts";
 import { World, type Kubelet } from "../world.ts";
 import { play, scenario, type Command } from "./scenario.ts";

@@ -1,5 +1,7 @@
 // Run budgets, the arithmetic: what a run has spent, what a limit allows, and the fold that moves
-// an ended attempt's usage into status.spent. Pure: the policy (policy/budget.ts) decides with it.
+// an ended attempt's usage into status.spent. Pure, and a fact of the API: the core's policy
+// (watchdog/policy/budget.ts) decides with it; the CLI, the metrics and the ledger show and store
+// the same figures with it.
 //
 // A run's spending is status.spent (the ended attempts, folded once each) plus the usage of the
 // one attempt not folded yet, as its sandbox last reported it in status.heartbeat.usage. An
@@ -8,10 +10,10 @@
 // same write records the fold, with `throughAttempt` saying which attempts it holds. So a restarted
 // operator counts the same, deciding twice adds nothing twice, a late write of an attempt already
 // folded counts for nothing, and a heartbeat alone never costs the operator a write.
-import type { BudgetLimit, Heartbeat, Spent, Usage } from "../api/agentrun.ts";
-import { DECIMAL_SCALE, decimalOfNumber, formatDecimal, parseDecimal } from "../api/decimal.ts";
-import type { BudgetSettings } from "../api/defaults.ts";
-import { formatDuration } from "../api/duration.ts";
+import type { BudgetLimit, Heartbeat, Spent, Usage } from "./agentrun.ts";
+import { DECIMAL_SCALE, decimalOfNumber, formatDecimal, parseDecimal } from "./decimal.ts";
+import type { BudgetSettings } from "./defaults.ts";
+import { formatDuration } from "./duration.ts";
 
 /** Spending, as the core adds it up. Cost is scaled by 10^18 (decimal.ts). */
 export interface Figures {

@@ -15,6 +15,15 @@ describe("a status within the CRD's limits", () => {
     expect(withinLimits(status)).toEqual(status);
   });
 
+  it("keeps a null where the schema limits a string (a field cleared by a merge patch)", () => {
+    expect(withinLimits({ message: null } as unknown as Parameters<typeof withinLimits>[0])).toEqual({ message: null });
+  });
+
+  it("keeps free-form data the schema does not describe, nested objects included", () => {
+    const checkpoint = { step: 3, data: { plan: { steps: ["a", "b"], note: "n".repeat(5000) } } };
+    expect(withinLimits({ checkpoint } as Parameters<typeof withinLimits>[0])).toEqual({ checkpoint });
+  });
+
   it("has a message over its limit cut to 4096 characters", () => {
     expect(withinLimits({ message: "m".repeat(5000) }).message).toBe("m".repeat(4096));
   });

@@ -67,49 +67,49 @@ describe("what the watchdog believes", () => {
   const known: CurrentHeartbeat = { heartbeat: beat(2), acceptedAt: T0 + 999, skewMs: 0 };
 
   it("the current attempt's accepted heartbeat, and remembers it", () => {
-    expect(believe(facts({ heartbeat: beat(2), serverTime: T0 }), undefined)).toEqual({ heartbeat: known, memory: remembered({ heartbeat: known }) });
+    expect(believe(facts({ heartbeat: beat(2), serverTime: T0 }), undefined)).toStrictEqual({ heartbeat: known, memory: remembered({ heartbeat: known }) });
   });
 
   it("the current heartbeat with no time to count from, remembering nothing", () => {
-    expect(believe(facts({ heartbeat: beat(2) }), remembered({ heartbeat: known }))).toEqual({ heartbeat: { heartbeat: beat(2), skewMs: 0 }, memory: undefined });
+    expect(believe(facts({ heartbeat: beat(2) }), remembered({ heartbeat: known }))).toStrictEqual({ heartbeat: { heartbeat: beat(2), skewMs: 0 }, memory: undefined });
   });
 
   it("with no heartbeat at all, keeps what it remembered of this run's attempt but does not stand in for it", () => {
     const memory = remembered({ heartbeat: known });
-    expect(believe(facts({}), memory)).toEqual({ memory });
+    expect(believe(facts({}), memory)).toStrictEqual({ memory });
   });
 
   it("with no heartbeat and nothing remembered, nothing", () => {
-    expect(believe(facts({}), undefined)).toEqual({});
+    expect(believe(facts({}), undefined)).toStrictEqual({});
   });
 
   it("ignores a memory of another run or another attempt", () => {
-    expect(believe(facts({}), { ...remembered({ heartbeat: known }), runUid: "uid-other" })).toEqual({});
-    expect(believe(facts({}), { ...remembered({ heartbeat: known }), attempt: 1 })).toEqual({});
+    expect(believe(facts({}), { ...remembered({ heartbeat: known }), runUid: "uid-other" })).toStrictEqual({});
+    expect(believe(facts({}), { ...remembered({ heartbeat: known }), attempt: 1 })).toStrictEqual({});
   });
 
   it("does not believe a heartbeat ahead of the run's attempt, nor erase anything for it", () => {
-    expect(believe(facts({ heartbeat: beat(3), serverTime: T0 }), undefined)).toEqual({});
+    expect(believe(facts({ heartbeat: beat(3), serverTime: T0 }), undefined)).toStrictEqual({});
     const memory = remembered({ heartbeat: known });
-    expect(believe(facts({ heartbeat: beat(3), serverTime: T0 }), memory)).toEqual({ memory });
+    expect(believe(facts({ heartbeat: beat(3), serverTime: T0 }), memory)).toStrictEqual({ memory });
   });
 
   it("when a late write of an earlier attempt replaced the heartbeat, keeps believing the remembered one", () => {
     const memory = remembered({ heartbeat: known });
-    expect(believe(facts({ heartbeat: beat(1), serverTime: T0 + 30 * S }), memory)).toEqual({ heartbeat: known, memory });
+    expect(believe(facts({ heartbeat: beat(1), serverTime: T0 + 30 * S }), memory)).toStrictEqual({ heartbeat: known, memory });
   });
 
   it("when a late write replaces the heartbeat again, keeps the first erasure: repeated late writes cannot keep a dead sandbox alive", () => {
     const memory = remembered({ erasedAt: T0 + 999 });
-    expect(believe(facts({ heartbeat: beat(1), serverTime: T0 + 60 * S }), memory)).toEqual({ erasedAt: T0 + 999, memory });
+    expect(believe(facts({ heartbeat: beat(1), serverTime: T0 + 60 * S }), memory)).toStrictEqual({ erasedAt: T0 + 999, memory });
   });
 
   it("a fresh operator that finds an earlier attempt's write takes the current sandbox as alive at that write's server time", () => {
-    expect(believe(facts({ heartbeat: beat(1), serverTime: T0 }), undefined)).toEqual({ erasedAt: T0 + 999, memory: remembered({ erasedAt: T0 + 999 }) });
+    expect(believe(facts({ heartbeat: beat(1), serverTime: T0 }), undefined)).toStrictEqual({ erasedAt: T0 + 999, memory: remembered({ erasedAt: T0 + 999 }) });
   });
 
   it("or at its own sighting of the write, when the server's time is unknown", () => {
-    expect(believe(facts({ heartbeat: beat(1), seenAt: T0 + 5 }), undefined)).toEqual({ erasedAt: T0 + 5, memory: remembered({ erasedAt: T0 + 5 }) });
+    expect(believe(facts({ heartbeat: beat(1), seenAt: T0 + 5 }), undefined)).toStrictEqual({ erasedAt: T0 + 5, memory: remembered({ erasedAt: T0 + 5 }) });
   });
 
   it("prefers the server's time to the sighting for an erasure", () => {
@@ -117,7 +117,7 @@ describe("what the watchdog believes", () => {
   });
 
   it("an earlier attempt's heartbeat with no time at all erases nothing", () => {
-    expect(believe(facts({ heartbeat: beat(1) }), undefined)).toEqual({});
+    expect(believe(facts({ heartbeat: beat(1) }), undefined)).toStrictEqual({});
   });
 });
 
@@ -138,6 +138,9 @@ describe("the facts of a run as read", () => {
 
   it("have no heartbeat when what the sandbox wrote is not one", () => {
     expect(livenessFacts(withHeartbeat({ time: "x", attempt: -3, state: 42 }), undefined)?.heartbeat).toBeUndefined();
+    // Nothing to read at all: no run, a run with no metadata.
+    expect(livenessFacts(undefined, T0)).toBeUndefined();
+    expect(livenessFacts({}, T0)).toBeUndefined();
   });
 
   it("count a run with no attempt number as attempt 0", () => {
@@ -212,6 +215,12 @@ describe("the agent's start on the server's clock", () => {
 
   it("is never before the pod was created", () => {
     expect(agentStartOnServer(written(T0 - 10 * S), started(T0 - H, T0), undefined)).toBe(T0);
+  });
+
+  it("counts only the write of the container states, not a later write of anything else", () => {
+    const p = written(T0 + 10 * S);
+    (p.metadata.managedFields as unknown[]).push({ manager: "agent-watchdog", operation: "Update", time: iso(T0 + 50 * S), fieldsV1: { "f:metadata": { "f:labels": {} } } });
+    expect(agentStartOnServer(p, started(T0 + H), undefined)).toBe(T0 + 10 * S + 999);
   });
 
   it("with no record on the server's clock, is the kubelet's own, kept within the pod's life", () => {

@@ -130,6 +130,11 @@ describe("the timer", () => {
     });
   });
 
+  it("counts a fired watchdog with no nudge on record (hand-edited) from its arming text", () => {
+    const edited: StallStatus = { state: "Fired", nudges: 1, armedAt: iso(T0) };
+    expect(stepStall(edited, undefined, T0 + 30 * S - 1, settings, false)).toEqual({ stall: edited, nudge: false, escalate: false, wakeAt: T0 + 30 * S });
+  });
+
   it("counts a fired watchdog's next deadline from its last nudge, not from the arming text", () => {
     expect(stepStall(fired(T0, T0 + 40 * S), undefined, T0 + 70 * S - 1, settings, false).wakeAt).toBe(T0 + 70 * S);
     expect(stepStall(fired(T0, T0 + 40 * S), undefined, T0 + 70 * S, settings, false)).toMatchObject({

@@ -49,7 +49,8 @@ Faults: SIGKILL of the leading replica every 30 s (a graceful rollout every four
 operator connections cut every 45 s, an agent process killed every 40 s; every five minutes a
 409 storm on the runs' metadata, the leader's connections stalled for 20 s, kube-apiserver and
 etcd killed and restarted, the node paused for 30 to 90 s (kubelet only), PostgreSQL stopped for
-60 s; one healthy run in four has a sandbox clock 10 minutes off (slow and fast in turn); about half the approval requests first get
+60 s; one healthy run in four has a sandbox clock 10 minutes off (slow and fast in turn) and works for two
+minutes; about half the approval requests first get
 a stray answer naming another request, which must be refused.
 
 Each soak writes its history (history.json: pods, containers as containerd ran them, heartbeats,
@@ -72,6 +73,9 @@ const SOAK_WATCHDOG = {
   releaseAwaitingAfter: "10s",
 };
 
+/** Steps of a skewed sandbox (2 s each, as the soak's sandboxes step): twice SOAK_WATCHDOG's heartbeatTimeout. */
+const SKEWED_STEPS = 60;
+
 interface PlannedRun {
   name: string;
   behaviour: string;
@@ -93,7 +97,10 @@ function planRuns(count: number, durationMs: number, rand: () => number): Planne
 }
 
 function manifest(world: SoakWorld, run: PlannedRun): Json {
-  const env = { ...world.sandboxEnv, ...(run.skewMs ? { EXAMPLE_CLOCK_SKEW_MS: String(run.skewMs) } : {}) };
+  // A skewed sandbox works for twice the heartbeat timeout, so that its clock has deadlines to get
+  // wrong: a slow clock taken for the server's kills it, a fast one keeps a dead one.
+  const skew: Record<string, string> = run.skewMs ? { EXAMPLE_CLOCK_SKEW_MS: String(run.skewMs), EXAMPLE_STEPS: String(SKEWED_STEPS) } : {};
+  const env = { ...world.sandboxEnv, ...skew };
   const watchdog = run.behaviour === "hang-in-tool" ? { ...SOAK_WATCHDOG, maxRestarts: 1 } : SOAK_WATCHDOG;
   const out = manifestFor({ name: run.name, behaviour: run.behaviour as Behaviour, watchdog, expected: "" }, { image: world.image, env });
   (out.metadata as { labels: Record<string, string> }).labels = { "app.kubernetes.io/part-of": "agent-watchdog-soak" };

@@ -2,6 +2,7 @@
 // so that a history checked again offline is judged exactly as it was when it was recorded.
 import { existsSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
+import { gunzipSync } from "node:zlib";
 import { parseArgs } from "node:util";
 import { FINAL_PHASES } from "../demo/driver.ts";
 import { analyse, type Findings } from "./analyse.ts";
@@ -46,13 +47,20 @@ export function selfTestText(): { ok: boolean; text: string } {
 const CHECK_HISTORY_USAGE = `usage: npm run check-history -- FILE|DIR
        npm run check-history -- --self-test
 
-  FILE|DIR     a history.json a soak wrote, or the soak's directory (it holds history.json)
+  FILE|DIR     a history.json a soak wrote (or the same gzipped, .json.gz), or the soak's
+               directory (it holds history.json)
   --self-test  check the checker: a history with one violation of each kind, each of which must be
                counted exactly once
 
 Prints the soak's table (faults, invariants, figures, each violation with the events that prove
 it), then one JSON line. Exit 0 when nothing was violated and every run settled.
 `;
+
+/** A history as a soak wrote it, or gzipped (as histories are kept: a soak's is 100 to 200 kB). */
+export function readHistory(path: string): SoakRecord {
+  const bytes = readFileSync(path);
+  return JSON.parse((path.endsWith(".gz") ? gunzipSync(bytes) : bytes).toString("utf8")) as SoakRecord;
+}
 
 function historyPath(given: string): string {
   if (!statSync(given).isDirectory()) return given;
@@ -80,7 +88,7 @@ export function checkHistoryCommand(argv: string[]): number {
   let history: SoakRecord;
   const path = historyPath(positionals[0] as string);
   try {
-    history = JSON.parse(readFileSync(path, "utf8")) as SoakRecord;
+    history = readHistory(path);
   } catch (err) {
     process.stderr.write(`check-history: cannot read ${path}: ${err instanceof Error ? err.message : String(err)}\n`);
     return 2;

@@ -1,0 +1,54 @@
+// The checker on histories that real soaks recorded with a fixed defect re-introduced
+// (`npm run soak -- --reintroduce NAME`, kept gzipped in test/hack/histories/): it flags each
+// defect with the invariant the defect breaks, names the run and the events, and nothing else.
+// A change to the checker that stopped seeing a real defect fails here, not in a soak months later.
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+import { INVARIANTS, type Invariant } from "../../hack/soak/analyse.ts";
+import { checkHistoryCommand, judge, readHistory } from "../../hack/soak/verdict.ts";
+
+const dir = fileURLToPath(new URL("histories/", import.meta.url));
+
+/** What each recorded history holds: the defect its operator ran with, and what the checker must count. */
+const RECORDED: { file: string; defect: string; counts: Partial<Record<Invariant, number>>; says: RegExp[] }[] = [
+  {
+    // Two of the soak's stray answers (naming a request that was not pending) approved the pending request.
+    file: "unbound-answers.json.gz",
+    defect: "unbound-answers",
+    counts: { misappliedAnswers: 2 },
+    says: [/request \S+ was Approved with the stray answer "stray answer 1", which named stray-1/, /"stray answer 3", which named stray-3/],
+  },
+  {
+    // The healthy run whose sandbox clock is 10 minutes slow was killed while it heartbeated, and
+    // spent its restarts on it.
+    file: "sandbox-clock.json.gz",
+    defect: "sandbox-clock",
+    counts: { falseKills: 1, lostOrStuckRuns: 1 },
+    says: [/pod r0-healthy-2-\S+ was killed as hung 2 s after a heartbeat \(timeout 60 s\)/, /r0-healthy: ended Completed \(Completed\), attempt 4, restarts 3/],
+  },
+];
+
+describe("histories recorded with a fixed defect re-introduced", () => {
+  it.each(RECORDED)("$defect: flagged by exactly the invariants it breaks", ({ file, defect, counts, says }) => {
+    const history = readHistory(join(dir, file));
+    expect(history.reintroduced).toBe(defect);
+    const verdict = judge(history);
+    expect(verdict.ok).toBe(false);
+    for (const invariant of INVARIANTS) expect(verdict.findings.counts[invariant], invariant).toBe(counts[invariant] ?? 0);
+    for (const pattern of says) expect(verdict.text).toMatch(pattern);
+    expect(verdict.text).toContain(`re-introduced on purpose: ${defect}`);
+  });
+
+  it("npm run check-history reads a gzipped history and fails on it", () => {
+    const out: string[] = [];
+    const write = process.stdout.write.bind(process.stdout);
+    process.stdout.write = ((chunk: string) => out.push(chunk) > 0) as typeof process.stdout.write;
+    try {
+      expect(checkHistoryCommand([join(dir, "unbound-answers.json.gz")])).toBe(1);
+    } finally {
+      process.stdout.write = write;
+    }
+    expect(out.join("")).toContain('"misappliedAnswers":2');
+  });
+});

@@ -42,6 +42,9 @@ const USAGE = `usage: npm run soak -- [--runs 60] [--duration 5m] [--node kubele
                     run the operator replicas with one fixed defect re-introduced (a development
                     switch the image does not have; names in operator/defects.ts), to show that
                     the checker flags what it does; the history records which
+  --skewed-steps N  steps of the sandboxes whose clock is off (2 s each; default 8, as the others):
+                    60 makes them work for twice their heartbeat timeout, so that a clock taken
+                    for the server's has deadlines to get wrong
   --self-test       the checker's own test (as npm run check-history -- --self-test)
   --record FILE     judge again a history an earlier soak wrote (as npm run check-history -- FILE)
 
@@ -49,8 +52,7 @@ Faults: SIGKILL of the leading replica every 30 s (a graceful rollout every four
 operator connections cut every 45 s, an agent process killed every 40 s; every five minutes a
 409 storm on the runs' metadata, the leader's connections stalled for 20 s, kube-apiserver and
 etcd killed and restarted, the node paused for 30 to 90 s (kubelet only), PostgreSQL stopped for
-60 s; one healthy run in four has a sandbox clock 10 minutes off (slow and fast in turn) and works for two
-minutes; about half the approval requests first get
+60 s; one healthy run in four has a sandbox clock 10 minutes off (slow and fast in turn); about half the approval requests first get
 a stray answer naming another request, which must be refused.
 
 Each soak writes its history (history.json: pods, containers as containerd ran them, heartbeats,
@@ -73,8 +75,6 @@ const SOAK_WATCHDOG = {
   releaseAwaitingAfter: "10s",
 };
 
-/** Steps of a skewed sandbox (2 s each, as the soak's sandboxes step): twice SOAK_WATCHDOG's heartbeatTimeout. */
-const SKEWED_STEPS = 60;
 
 interface PlannedRun {
   name: string;
@@ -96,10 +96,10 @@ function planRuns(count: number, durationMs: number, rand: () => number): Planne
   });
 }
 
-function manifest(world: SoakWorld, run: PlannedRun): Json {
-  // A skewed sandbox works for twice the heartbeat timeout, so that its clock has deadlines to get
-  // wrong: a slow clock taken for the server's kills it, a fast one keeps a dead one.
-  const skew: Record<string, string> = run.skewMs ? { EXAMPLE_CLOCK_SKEW_MS: String(run.skewMs), EXAMPLE_STEPS: String(SKEWED_STEPS) } : {};
+function manifest(world: SoakWorld, run: PlannedRun, skewedSteps: number | undefined): Json {
+  // --skewed-steps: a skewed sandbox that works past its heartbeat timeout gives its clock deadlines
+  // to get wrong (a slow clock taken for the server's kills it, a fast one keeps a dead one).
+  const skew: Record<string, string> = run.skewMs ? { EXAMPLE_CLOCK_SKEW_MS: String(run.skewMs), ...(skewedSteps ? { EXAMPLE_STEPS: String(skewedSteps) } : {}) } : {};
   const env = { ...world.sandboxEnv, ...skew };
   const watchdog = run.behaviour === "hang-in-tool" ? { ...SOAK_WATCHDOG, maxRestarts: 1 } : SOAK_WATCHDOG;
   const out = manifestFor({ name: run.name, behaviour: run.behaviour as Behaviour, watchdog, expected: "" }, { image: world.image, env });
@@ -188,6 +188,7 @@ interface SoakOptions {
   namespace: string;
   /** The fixed defect the operator replicas run with, if any. */
   reintroduced?: Defect;
+  skewedSteps?: number;
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -202,6 +203,7 @@ async function main(argv: string[]): Promise<number> {
       namespace: { type: "string" },
       repeat: { type: "string" },
       reintroduce: { type: "string" },
+      "skewed-steps": { type: "string" },
       record: { type: "string" },
       "self-test": { type: "boolean" },
       help: { type: "boolean", short: "h" },
@@ -226,7 +228,9 @@ async function main(argv: string[]): Promise<number> {
   const chosen = chosenDefect({ [REINTRODUCE_ENV]: values.reintroduce ?? process.env[REINTRODUCE_ENV] });
   if (chosen.error) throw new Error(chosen.error);
   if (chosen.defect) process.env[REINTRODUCE_ENV] = chosen.defect;
-  const options = { reintroduced: chosen.defect, runs, node, durationMs: parseDuration(values.duration ?? "5m"), settleMs: parseDuration(values.settle ?? "5m"), namespace: values.namespace ?? "agent-watchdog-soak" } as const;
+  const skewedSteps = values["skewed-steps"] !== undefined ? Number(values["skewed-steps"]) : undefined;
+  if (skewedSteps !== undefined && (!Number.isInteger(skewedSteps) || skewedSteps < 1)) throw new Error(`--skewed-steps ${values["skewed-steps"]} must be a positive whole number`);
+  const options = { reintroduced: chosen.defect, skewedSteps, runs, node, durationMs: parseDuration(values.duration ?? "5m"), settleMs: parseDuration(values.settle ?? "5m"), namespace: values.namespace ?? "agent-watchdog-soak" } as const;
   const seeds = random(firstSeed);
   for (let i = 1; i <= repeat; i++) {
     // The first soak takes the given seed; the next ones new seeds drawn from it, so that the
@@ -244,7 +248,7 @@ async function main(argv: string[]): Promise<number> {
 }
 
 /** One soak: its world, its runs and faults, its history written, then the checker's verdict. */
-async function soakOnce({ runs, durationMs, settleMs, node, seed, namespace, reintroduced }: SoakOptions): Promise<number> {
+async function soakOnce({ runs, durationMs, settleMs, node, seed, namespace, reintroduced, skewedSteps }: SoakOptions): Promise<number> {
   const dir = join(stateRoot(), "soak", `${Date.now()}`);
   const historyFile = join(dir, "history.json");
   mkdirSync(dir, { recursive: true });
@@ -279,7 +283,7 @@ async function soakOnce({ runs, durationMs, settleMs, node, seed, namespace, rei
         await sleep(Math.max(0, startedAt + run.at - Date.now()));
         for (let i = 0; ; i++) {
           try {
-            await world.client.create(paths.runs(namespace), manifest(world, run));
+            await world.client.create(paths.runs(namespace), manifest(world, run, skewedSteps));
             break;
           } catch (err) {
             // the API server may be restarting: a user would apply again

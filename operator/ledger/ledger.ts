@@ -541,7 +541,10 @@ export class Ledger {
           found.push(...gaps);
           this.wrote(changed);
         } catch (err) {
-          this.queue.putBack(buffered);
+          // The chunk's own rows were remembered as written (so that observe() does not queue
+          // them again): they go into the buffer with the rest. Left to the next catch-up, a row
+          // the run rotates out of its status before PostgreSQL is back would be lost unrecorded.
+          this.queue.putBack([...buffered, ...rows]);
           throw err;
         } finally {
           this.inFlight = 0;

@@ -310,6 +310,35 @@ it("records the tool calls it dropped that the run no longer holds", async () =>
   expect(gaps.map((g) => [g.kind, g.cause, g.call_id]).sort()).toEqual(lostIds.map((id) => ["tool_call", "dropped", id]).sort());
 });
 
+it("keeps the rows of a catch-up PostgreSQL refused, though the run rotates them out of its status before it is back", async () => {
+  const [sim] = startRuns(1, "refused-catch-up") as [RunSim];
+  const { ledger } = openLedger({ listRuns: () => [sim.object()] });
+  ledger.observe(sim.object());
+  await complete(ledger, [sim]);
+
+  // No replica leads: the sandbox makes two calls that nothing observes, and PostgreSQL stops.
+  postgres("stop");
+  const unobserved = [sim.startCall("search"), sim.startCall("search")];
+  for (const id of unobserved) sim.finishCall(id);
+  // A replica comes to lead: its catch-up reads the run, holding both calls, and cannot write.
+  const failuresBefore = ledger.failedFlushes;
+  ledger.requestCatchUp();
+  await waitFor("the catch-up to fail", async () => ledger.failedFlushes > failuresBefore && !ledger.connected, { timeoutMs: 20_000, intervalMs: 20 });
+  // The sandbox goes on, observed, until both calls have rotated out of the run's status.
+  for (let i = 0; i < 64; i++) {
+    const id = sim.startCall("search");
+    sim.finishCall(id);
+    ledger.observe(sim.object());
+  }
+  expect(sim.object()).not.toMatchObject({ status: { toolCalls: expect.arrayContaining([expect.objectContaining({ id: unobserved[0] })]) } });
+  postgres("start");
+
+  await waitFor("the ledger to write its buffer and catch up", async () => ledger.bufferedRows === 0 && !ledger.catchingUp && ledger.connected, { timeoutMs: 30_000 });
+  const stored = await db.query<{ call_id: string }>("SELECT call_id FROM ledger_tool_calls WHERE run_uid = $1", [sim.uid]);
+  expect(stored.map((r) => r.call_id)).toEqual(expect.arrayContaining(unobserved));
+  expect(await gapRows(sim.uid)).toEqual([]);
+});
+
 it("writes back the usage of an ended attempt whose row its full buffer dropped", async () => {
   // No object holds an ended attempt's usage any more (the heartbeat moved on to the next
   // attempt), so the ledger keeps the dropped row itself and the catch-up writes it.

@@ -1,6 +1,6 @@
 // The checker on histories that real soaks recorded with a fixed defect re-introduced
 // (`npm run soak -- --reintroduce NAME`, kept gzipped in test/hack/histories/), and on one that
-// found an open defect: it flags each with the invariant the defect breaks, names the run and the
+// found a new defect before its fix: it flags each with the invariant the defect breaks, names the run and the
 // events, and nothing else.
 // A change to the checker that stopped seeing a real defect fails here, not in a soak months later.
 import { join } from "node:path";
@@ -30,9 +30,9 @@ const RECORDED: { file: string; defect?: string; counts: Partial<Record<Invarian
   },
   {
     // No defect re-introduced: a soak with --skewed-steps 60 (seed 11) whose ledger lacks the first
-    // two tool calls of a sandbox's third attempt, started just before PostgreSQL was stopped. An
-    // open defect (BUGS.md 21): the checker must keep flagging it until it is fixed.
-    file: "ledger-gap-open.json.gz",
+    // two tool calls of a sandbox's third attempt, made while no replica led, just before
+    // PostgreSQL was stopped: the defect the soak found (BUGS.md 21), recorded before its fix.
+    file: "ledger-gap.json.gz",
     counts: { ledgerGaps: 2 },
     says: [/r16-healthy: tool call a3-1 is in the ledger 0 times/, /r16-healthy: tool call a3-2 is in the ledger 0 times/],
   },

@@ -522,10 +522,13 @@ export class Ledger {
         if (i > 0) await new Promise<void>((resolve) => setImmediate(resolve)); // let reconciles run
         // A run whose object lags what was observed of it may look broken only for now.
         const uids = current.runs.map(({ ref }) => ref.uid).filter((uid) => !behind.has(uid));
+        // Transitions and calls no observe() had queued: if this chunk's write fails, they go into
+        // the buffer (a retried catch-up finds them known and does not add them twice).
+        const unqueued: Row[] = [];
         const rows = current.runs.flatMap(({ run, ref }) => {
           const all = allRows(run, ref, seenAt, this.installBudget);
           // This catch-up writes them, so observe() need not queue them again.
-          this.memory(ref.uid, ref.namespace, ref.name).remember(all);
+          unqueued.push(...this.memory(ref.uid, ref.namespace, ref.name).remember(all));
           return all;
         });
         const buffered = this.queue.take(Number.MAX_SAFE_INTEGER);
@@ -541,10 +544,9 @@ export class Ledger {
           found.push(...gaps);
           this.wrote(changed);
         } catch (err) {
-          // The chunk's own rows were remembered as written (so that observe() does not queue
-          // them again): they go into the buffer with the rest. Left to the next catch-up, a row
-          // the run rotates out of its status before PostgreSQL is back would be lost unrecorded.
-          this.queue.putBack([...buffered, ...rows]);
+          // Left to the next catch-up, a row the run rotates out of its status before PostgreSQL
+          // is back would be lost unrecorded.
+          this.queue.putBack([...buffered, ...unqueued]);
           throw err;
         } finally {
           this.inFlight = 0;

@@ -303,13 +303,17 @@ export class RunMemory {
     return true;
   }
 
-  /** Records rows as queued without producing them (a catch-up writes them itself). */
-  remember(rows: readonly Row[]): void {
+  /** Records rows as queued without producing them (a catch-up writes them itself); returns the transitions and calls it did not know. */
+  remember(rows: readonly Row[]): Row[] {
+    const unknown: Row[] = [];
     for (const r of rows) {
-      if (r.kind === "transition") this.rememberTransition(Date.parse(r.row.time));
-      else if (r.kind === "toolCall") this.rememberCall(r.row.call_id, r.row.state);
-      else this.usage.remember(r.row);
+      if (r.kind === "transition") {
+        if (this.rememberTransition(Date.parse(r.row.time))) unknown.push(r);
+      } else if (r.kind === "toolCall") {
+        if (this.rememberCall(r.row.call_id, r.row.state)) unknown.push(r);
+      } else this.usage.remember(r.row);
     }
+    return unknown;
   }
 
   private rememberTransition(ms: number): boolean {

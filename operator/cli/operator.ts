@@ -47,7 +47,19 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
   }
   const defect = chosenDefect(process.env).defect;
   if (defect) log.warn({ defect, what: DEFECTS[defect] }, "a fixed defect is re-introduced on purpose (a development switch, for the checker's proof): never run this operator for real");
+  const elector = options.leaderElect
+    ? new LeaderElector(
+        client,
+        { namespace: options.leaderElectionNamespace, name: options.leaderElectionId, identity: options.identity, ...LEADER_DEFAULTS },
+        log,
+      )
+    : undefined;
+  // Every write of the controller and every Event first asks this: a replica past its renew
+  // deadline, or one that has handed the lease back, writes nothing more, even before its workers
+  // have noticed.
+  const canWrite = () => (elector ? elector.canWrite() : true);
   const recorder = new EventRecorder(client, options.identity, log);
+  recorder.canWrite = canWrite;
   const controller = new Controller(client, metrics, recorder, log, {
     namespaces: options.namespaces,
     concurrency: options.concurrency,
@@ -60,24 +72,12 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
       clusterRole: options.sandboxClusterRole,
       tokenExpirationSeconds: Math.round(options.sandboxTokenExpiration / 1000),
     },
+    canWrite,
   });
 
   const ledger = options.databaseUrl ? Ledger.open(options.databaseUrl, { log, listRuns: () => controller.listRuns(), installBudget: options.defaults.budget }) : undefined;
   if (ledger) controller.observe((run) => ledger.observe(run));
 
-  const elector = options.leaderElect
-    ? new LeaderElector(
-        client,
-        { namespace: options.leaderElectionNamespace, name: options.leaderElectionId, identity: options.identity, ...LEADER_DEFAULTS },
-        log,
-      )
-    : undefined;
-  // Every write of the controller and every Event first asks this: a replica past its renew
-  // deadline, or one that has handed the lease back, writes nothing more, even before its workers
-  // have noticed.
-  const canWrite = () => (elector ? elector.canWrite() : true);
-  controller.setWriteGuard(canWrite);
-  recorder.canWrite = canWrite;
   let leading = false;
   const leaderLabels = { name: options.leaderElectionId };
   metrics.leaderStatus.set(leaderLabels, 0);

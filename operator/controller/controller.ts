@@ -8,9 +8,9 @@ import type { Logger } from "pino";
 import { ACTIVE_PHASES, PHASES, type Phase } from "../api/agentrun.ts";
 import { LABELS } from "../api/annotations.ts";
 import { resolveWatchdog, toSettings, type InstallDefaults } from "../api/defaults.ts";
-import { paths, type Json, type KubeClient } from "../kube/client.ts";
+import { isConflict, paths, type Json, type KubeClient } from "../kube/client.ts";
 import { CONTROLLER, type Metrics } from "../metrics/metrics.ts";
-import { decide, type DecideInput } from "../watchdog/decide.ts";
+import type { DecideInput } from "../watchdog/decide.ts";
 import { believe, livenessFacts, type LivenessMemory } from "../watchdog/liveness.ts";
 import type { SandboxIdentity } from "../watchdog/sandbox-identity.ts";
 import { isQuiet, type Plan } from "../watchdog/plan.ts";
@@ -18,6 +18,7 @@ import type { EventRecorder } from "./events.ts";
 import { Executor, StatusWriteRefused, type Executed } from "./executor.ts";
 import { Informer } from "./informer.ts";
 import { NodeCache } from "./nodes.ts";
+import { planRun } from "./plan-run.ts";
 import { WorkQueue } from "./queue.ts";
 import { TRACKED_POLL_MS, TrackedPods } from "./tracked.ts";
 import { trimPod, trimRun } from "./trim.ts";
@@ -36,6 +37,25 @@ export interface ControllerOptions {
   stuckReconcileMs: number;
   defaults: InstallDefaults;
   sandbox: SandboxIdentity;
+  /**
+   * Whether this replica may write now (it leads): every write of the controller (pod creates and
+   * deletes, status and annotation patches) asks it first, so that a replica that lost the lease
+   * stops writing at once. Always true without leader election.
+   */
+  canWrite?: () => boolean;
+}
+
+/**
+ * What one reconcile asks of the queue, as controller-runtime's Result: when to look at the run
+ * again. An error is thrown instead, and the run is retried with backoff.
+ */
+export interface ReconcileResult {
+  /** The run's next deadline (ms, the API server's clock); none clears its wake-up. */
+  wakeAt?: number;
+  /** Look again after this long as well (a tracked pod to poll, mirror annotations owed). */
+  requeueAfterMs?: number;
+  /** Owed work that may wait until no other run waits for a worker (mirror annotations). */
+  requeueWhenIdle?: boolean;
 }
 
 /** What the controller tells others about each run it has handled (the ledger listens). */
@@ -91,6 +111,8 @@ export class Controller {
   private workers = 0;
   private workersStarted = false;
   private stopping = false;
+  /** Aborted at stop: reconciles under way write nothing more. */
+  private readonly stopped = new AbortController();
   private readonly client: KubeClient;
   private readonly metrics: Metrics;
   private readonly log: Logger;
@@ -105,9 +127,11 @@ export class Controller {
     this.tracked = new TrackedPods(client);
     this.queue = new WorkQueue(metrics.queueMetrics());
     this.wakeups = new Wakeups((key) => this.queue.add(key), () => this.clock.now());
-    this.executor = new Executor(client, recorder, () => this.options.defaults, options.sandbox, () => this.clock.now(), (key, run, pods) => this.inputsFor(key, run, pods));
-    this.executor.trustCache = () => this.cacheCurrent();
-    this.executor.mayDeferMirror = (key) => this.mayDeferMirror(key);
+    this.executor = new Executor(client, recorder, {
+      canWrite: options.canWrite ?? (() => true),
+      mayDeferMirror: (key) => this.mayDeferMirror(key),
+      clock: () => this.clock.now(),
+    });
     this.nodeCache = new NodeCache(client, { resyncMs: options.resyncMs, silenceMs: options.watchSilenceMs, log });
     metrics.maxConcurrentReconciles.set({ controller: CONTROLLER }, options.concurrency);
     metrics.activeWorkers.set({ controller: CONTROLLER }, 0);
@@ -128,14 +152,6 @@ export class Controller {
       this.runInformers.push(runs);
       this.podInformers.push(pods);
     }
-  }
-
-  /**
-   * Makes every write of the controller (pod creates and deletes, status and annotation patches)
-   * first ask `canWrite`, so that a replica that lost the lease stops writing at once.
-   */
-  setWriteGuard(canWrite: () => boolean): void {
-    this.executor.canWrite = canWrite;
   }
 
   /** Calls `observer` with each run after it has been reconciled. */
@@ -176,6 +192,7 @@ export class Controller {
 
   async stop(): Promise<void> {
     this.stopping = true;
+    this.stopped.abort(new Error("the operator is stopping"));
     this.queue.shutDown();
     this.wakeups.clear();
     for (const informer of this.informers) informer.stop();
@@ -425,14 +442,21 @@ export class Controller {
   /** Reconciles under way, trailing ones included. */
   private processing = 0;
 
-  /** One run through reconcile, with its metrics and its place in the queue; never throws. */
+  /**
+   * The one handler of reconciles (controller-runtime's reconcileHandler): runs one, and maps what
+   * it returned, or threw, onto the wake-ups, the queue and the reconcile metrics. An error of any
+   * kind, a conflict included, is retried after the run's backoff. Never throws.
+   */
   private async process(key: string, mayHandOff: () => boolean): Promise<void> {
     this.processing++;
     let trailing = false;
     this.metrics.activeWorkers.inc({ controller: CONTROLLER });
     const timer = this.metrics.reconcileTime.startTimer({ controller: CONTROLLER });
+    // Past its deadline a reconcile writes nothing more; one still running at the stuck limit
+    // (an await that never returns) fails /healthz instead.
+    const signal = AbortSignal.any([this.stopped.signal, AbortSignal.timeout(Math.max(1, Math.floor(this.options.stuckReconcileMs / 2)))]);
     try {
-      const result = await this.reconcile(key, () => {
+      const result = await this.reconcile(key, signal, () => {
         if (trailing || !mayHandOff()) return;
         // The worker is free again: what remains is a trailing write, not a worker's.
         trailing = true;
@@ -440,13 +464,19 @@ export class Controller {
         this.metrics.activeWorkers.dec({ controller: CONTROLLER });
       });
       this.queue.forget(key);
-      this.metrics.reconcileTotal.inc({ controller: CONTROLLER, result });
+      this.wakeups.set(key, result.wakeAt);
+      if (result.requeueWhenIdle) this.queue.addWhenIdle(key);
+      if (result.requeueAfterMs !== undefined) this.queue.addAfter(key, result.requeueAfterMs);
+      const requeued = result.wakeAt !== undefined || result.requeueAfterMs !== undefined || result.requeueWhenIdle === true;
+      this.metrics.reconcileTotal.inc({ controller: CONTROLLER, result: requeued ? "requeue_after" : "success" });
     } catch (err) {
       this.metrics.reconcileTotal.inc({ controller: CONTROLLER, result: "error" });
       this.metrics.reconcileErrors.inc({ controller: CONTROLLER });
-      // The next decision is told, so that it stops the run with a write that is taken (rule 12).
+      // The next decision is told, so that it stops the run for a person with a write that is taken (rule 12).
       if (err instanceof StatusWriteRefused) this.refusals.set(key, { message: err.message, tooLarge: err.tooLarge });
-      this.log.error({ err: String(err), key }, "reconcile failed; retrying with backoff");
+      // A conflict is routine (a heartbeat landed after the plan was made): the cache has the newer run by the retry.
+      if (isConflict(err)) this.log.debug({ err: String(err), key }, "conflict; deciding again after backoff");
+      else this.log.error({ err: String(err), key }, "reconcile failed; retrying with backoff");
       this.queue.addRateLimited(key);
     } finally {
       timer();
@@ -457,60 +487,57 @@ export class Controller {
     }
   }
 
-  /** One reconcile: decide from the cache; execute against fresh reads only when there is work. */
-  private async reconcile(key: string, podCreated: () => void): Promise<"success" | "requeue_after"> {
-    const cached = this.cachedRun(key);
-    const run = this.written.currentRun(key, cached);
-    if (!run) {
-      this.wakeups.set(key, undefined);
-      return "success";
-    }
-    const pods = this.written.currentPods(key, [...(this.podsByRun.get(key)?.values() ?? [])]);
-    const [namespace] = key.split("/") as [string, string];
+  /**
+   * One reconcile: decide from the cache (plan-run.ts); execute against the API server only when
+   * there is work; say when to look again. Throws when a write failed.
+   */
+  private async reconcile(key: string, signal: AbortSignal, podCreated: () => void): Promise<ReconcileResult> {
+    const run = this.written.currentRun(key, this.cachedRun(key));
+    if (!run) return {};
+    const [namespace, name] = key.split("/") as [string, string];
+    const cachedPods = this.written.currentPods(key, [...(this.podsByRun.get(key)?.values() ?? [])]);
     // Pods its status tracks that the cache no longer shows are looked up before anything is decided.
-    const lookup = await this.tracked.lookup(key, namespace, run, pods, [...(this.tombstones.get(key)?.values() ?? [])].map((t) => t.pod));
+    const lookup = await this.tracked.lookup(key, namespace, run, cachedPods, [...(this.tombstones.get(key)?.values() ?? [])].map((t) => t.pod));
     for (const pod of lookup.vanished) this.tombstone(key, pod);
-    const refused = this.refusals.get(key);
-    let plan: Plan = decide({ run, pods, now: this.clock.now(), defaults: this.options.defaults, sandbox: this.options.sandbox, ...this.inputsFor(key, run, pods) });
+    const decision = await planRun(run, cachedPods, {
+      now: () => this.clock.now(),
+      inputs: (r, pods) => ({ defaults: this.options.defaults, sandbox: this.options.sandbox, ...this.inputsFor(key, r, pods) }),
+      podsComplete: this.cacheCurrent(),
+      listPods: () => this.client.get<{ items: Json[] }>(paths.pods(namespace), { labelSelector: `${LABELS.run}=${name}` }).then((list) => list.items),
+    });
+    const result: ReconcileResult = { wakeAt: decision.plan.wakeAt };
+    // A tracked pod the cache does not show sends no events: it is read again.
+    if (lookup.polling) result.requeueAfterMs = TRACKED_POLL_MS;
     let executed: Executed | undefined;
-    if (!isQuiet(plan)) {
-      const [namespace, name] = key.split("/") as [string, string];
+    if (!isQuiet(decision.plan)) {
       const status = (run.status ?? {}) as { attempt?: number };
       const log = this.log.child({ namespace, name, attempt: status.attempt, reconcileID: randomUUID() });
       try {
-        executed = await this.executor.execute(namespace, name, log, { run, pods, plan }, podCreated);
+        executed = await this.executor.execute(decision, log, podCreated, signal);
       } catch (err) {
         // A write of a plan made from what this operator wrote may have been refused because it is
         // out of date: decide from the cache alone next time.
         this.written.forget(key);
         throw err;
       }
-      plan = executed.plan;
-      if (refused) this.refusals.delete(key);
-      if (executed.gone) {
-        this.written.forget(key);
-        this.wakeups.set(key, undefined);
-        return "success";
-      }
+      this.refusals.delete(key);
       if (executed.annotationsDeferred) {
         // Owed: when the workers are idle, and at the latest once the deferral is over.
-        this.queue.addWhenIdle(key);
-        this.queue.addAfter(key, MIRROR_DEFERRAL_MS - (Date.now() - (this.mirrorsDeferred.get(key) ?? Date.now())) + 1);
+        result.requeueWhenIdle = true;
+        const dueMs = MIRROR_DEFERRAL_MS - (Date.now() - (this.mirrorsDeferred.get(key) ?? Date.now())) + 1;
+        result.requeueAfterMs = Math.min(result.requeueAfterMs ?? Infinity, dueMs);
       } else this.mirrorsDeferred.delete(key);
       if (executed.run && executed.run !== run) this.written.run(key, trimRun(executed.run));
       for (const pod of executed.podsWritten ?? []) this.written.pod(key, trimPod(pod));
-      if (!isQuiet(plan)) log.info({ phase: plan.phase, summary: plan.summary }, "executed plan");
-      this.count(plan, executed);
+      log.info({ phase: decision.plan.phase, summary: decision.plan.summary }, "executed plan");
+      this.count(decision.plan, executed);
     }
     for (const observer of this.observers) observer(executed?.run ?? run, executed);
-    this.wakeups.set(key, plan.wakeAt);
-    // A tracked pod the cache does not show sends no events: it is read again.
-    if (lookup.polling) this.queue.addAfter(key, TRACKED_POLL_MS);
-    return plan.wakeAt === undefined ? "success" : "requeue_after";
+    return result;
   }
 
   /** What the core needs beyond the run and its pods: deletions seen, nodes, heartbeats seen. */
-  inputsFor(key: string, run: Json, pods: readonly Json[]): Partial<DecideInput> {
+  private inputsFor(key: string, run: Json, pods: readonly Json[]): Partial<DecideInput> {
     const now = Date.now();
     const tombs = this.tombstones.get(key);
     const deletedPods: Json[] = [];

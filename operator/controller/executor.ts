@@ -17,31 +17,26 @@
 //   the storage's "too large") is reported as StatusWriteRefused, and the next decision, told so,
 //   stops the run for a person with a write small enough to be taken, and deletes the pods behind
 //   that (rule 12); a write that failed for any other reason (a conflict, 429 from API Priority
-//   and Fairness, 5xx, a timeout) is retried from a fresh read;
-// - every write first asks whether this replica may still write (it leads).
-// A plan made from the cache is carried out as it is: the status write's resourceVersion
-// precondition (and the annotation write's) refuses it when the cached run was stale, and the pod
-// deletions' uid preconditions keep them to the pods the plan meant. A plan that creates a pod
-// lists the run's pods afresh first unless the cache is known to hold every pod that may still
-// run: the cache could otherwise miss one that another replica created. After a conflict the plan
-// is made again from a fresh read of the run and its pods.
+//   and Fairness, 5xx, a timeout) is thrown to the caller, which decides again after a backoff;
+// - every write first asks whether this replica may still write (it leads), and whether the
+//   reconcile is still wanted (its signal: a stop, or its deadline).
+// The executor never decides: it carries out a plan as it was made (plan-run.ts made it, from a
+// live list of pods when it creates one). The status write's resourceVersion precondition (and
+// the annotation write's) refuses it when the run it was made from was stale, and the pod
+// deletions' uid preconditions keep them to the pods the plan meant.
 import type { Logger } from "pino";
 import { ANNOTATIONS, FINALIZER, LABELS } from "../api/annotations.ts";
-import type { InstallDefaults } from "../api/defaults.ts";
 import { cutToCodePoints } from "../api/limits.ts";
 import { ApiError, isAlreadyExists, isConflict, isNotFound, paths, type Json, type KubeClient } from "../kube/client.ts";
-import { decide, type DecideInput } from "../watchdog/decide.ts";
 import { isLive, podView } from "../watchdog/observe.ts";
-import { DEFAULT_SANDBOX_IDENTITY, type SandboxIdentity } from "../watchdog/sandbox-identity.ts";
 import { isQuiet, type Plan } from "../watchdog/plan.ts";
 import type { EventRecorder } from "./events.ts";
+import type { Decision } from "./plan-run.ts";
 
 export interface Executed {
   plan: Plan;
   /** The run as it stands after the plan's writes, when there was one. */
   run?: Json;
-  /** Runs whose object is gone. */
-  gone?: boolean;
   /** When the last planned pod deletion was accepted by the API server (ms since epoch). */
   deletedAt?: number;
   /** The pods whose deletion the API server accepted (or that were gone already); not yet confirmed gone. */
@@ -64,15 +59,6 @@ function mirrorOnly(annotations: Plan["annotations"]): boolean {
   if (!annotations) return false;
   return Object.entries(annotations).every(([key, value]) => key === ANNOTATIONS.attempt || (MIRROR_ANNOTATIONS.has(key) && value === null));
 }
-
-/** A plan made from the cache, with what it was made from. */
-export interface CachedDecision {
-  run: Json;
-  pods: Json[];
-  plan: Plan;
-}
-
-const MAX_CONFLICT_RETRIES = 5;
 
 /**
  * The API server refused a run's status write for what it held: the write will never be taken as
@@ -101,98 +87,51 @@ export class NotLeaderError extends Error {
   }
 }
 
-/** What the core needs beyond a run and its pods (see Controller.inputsFor). */
-export type DecideInputs = (key: string, run: Json, pods: readonly Json[]) => Partial<DecideInput>;
+export interface ExecutorOptions {
+  /** Whether this replica may write now (it leads); asked before every write. */
+  canWrite?: () => boolean;
+  /**
+   * Whether a run's mirror annotations (see mirrorOnly) may be left for a later reconcile, which
+   * the caller then owes the run (Executed.annotationsDeferred).
+   */
+  mayDeferMirror?: (key: string) => boolean;
+  /** The API server's clock, for when deletions were accepted. */
+  clock?: () => number;
+}
 
 export class Executor {
   private readonly client: KubeClient;
   private readonly recorder: EventRecorder;
-  private readonly defaults: () => InstallDefaults | undefined;
-  private readonly sandbox: SandboxIdentity;
+  private readonly canWrite: () => boolean;
+  private readonly mayDeferMirror: (key: string) => boolean;
   private readonly clock: () => number;
-  private readonly inputs: DecideInputs;
-  /** Whether this replica may write now; checked before every write. */
-  canWrite: () => boolean = () => true;
-  /**
-   * Whether the cached pods can be trusted to show every pod of a run that may still run, so that
-   * a pod create needs no live list first (see Controller.cacheCurrent).
-   */
-  trustCache: () => boolean = () => false;
-  /**
-   * Whether the run's mirror annotations (see mirrorOnly) may be left for a later reconcile, which
-   * the caller then owes the run (Executed.annotationsDeferred).
-   */
-  mayDeferMirror: (key: string) => boolean = () => false;
 
-  constructor(
-    client: KubeClient,
-    recorder: EventRecorder,
-    defaults: () => InstallDefaults | undefined,
-    sandbox: SandboxIdentity = DEFAULT_SANDBOX_IDENTITY,
-    clock: () => number = Date.now,
-    inputs: DecideInputs = () => ({}),
-  ) {
+  constructor(client: KubeClient, recorder: EventRecorder, options: ExecutorOptions = {}) {
     this.client = client;
     this.recorder = recorder;
-    this.defaults = defaults;
-    this.sandbox = sandbox;
-    this.clock = clock;
-    this.inputs = inputs;
+    this.canWrite = options.canWrite ?? (() => true);
+    this.mayDeferMirror = options.mayDeferMirror ?? (() => false);
+    this.clock = options.clock ?? Date.now;
   }
 
-  private guard(): void {
+  /** Before every write: this replica still leads, and the reconcile is neither stopped nor past its deadline. */
+  private guard(signal?: AbortSignal): void {
+    signal?.throwIfAborted();
     if (!this.canWrite()) throw new NotLeaderError();
   }
 
-  private decide(namespace: string, name: string, run: Json, pods: Json[]): Plan {
-    return decide({ run, pods, now: this.clock(), defaults: this.defaults(), sandbox: this.sandbox, ...this.inputs(`${namespace}/${name}`, run, pods) });
-  }
-
-  private listPods(namespace: string, name: string): Promise<Json[]> {
-    return this.client.get<{ items: Json[] }>(paths.pods(namespace), { labelSelector: `${LABELS.run}=${name}` }).then((list) => list.items);
-  }
-
   /**
-   * Carries out a plan made from the cache, or, without one (or after a conflict), reads the run
-   * and its pods live, decides again and carries out what that says. `podCreated` is called once
-   * the plan's pod exists, before the writes that follow it.
+   * Carries out a plan on the run and pods it was made from, and never decides: a write refused
+   * because they were stale (a conflict) is thrown to the caller, which decides again after a
+   * backoff, from a cache that has caught up by then. `podCreated` is called once the plan's pod
+   * exists, before the writes that follow it. Nothing is written once `signal` is aborted.
    */
-  async execute(namespace: string, name: string, log: Logger, cached?: CachedDecision, podCreated: () => void = () => {}): Promise<Executed> {
-    for (let attempt = 0; ; attempt++) {
-      let run: Json;
-      let pods: Json[];
-      let plan: Plan;
-      try {
-        if (attempt === 0 && cached) {
-          run = cached.run;
-          pods = cached.pods;
-          plan = cached.plan;
-          if (plan.createPod && !this.trustCache()) {
-            pods = await this.listPods(namespace, name);
-            plan = this.decide(namespace, name, run, pods);
-          }
-        } else {
-          [run, pods] = await Promise.all([this.client.get(paths.run(namespace, name)), this.listPods(namespace, name)]);
-          plan = this.decide(namespace, name, run, pods);
-        }
-      } catch (err) {
-        if (isNotFound(err)) return { plan: { deletePods: [], events: [], metrics: [], phase: "Queued", summary: "run is gone" }, gone: true };
-        throw err;
-      }
-      if (isQuiet(plan)) return { plan, run };
-      try {
-        return await this.apply(run, pods, plan, log, podCreated);
-      } catch (err) {
-        if (isConflict(err) && !isAlreadyExists(err) && attempt < MAX_CONFLICT_RETRIES) {
-          log.debug({ attempt }, "conflict; deciding again from a fresh read");
-          continue;
-        }
-        throw err;
-      }
-    }
+  async execute(decision: Decision, log: Logger, podCreated: () => void = () => {}, signal?: AbortSignal): Promise<Executed> {
+    if (isQuiet(decision.plan)) return { plan: decision.plan, run: decision.run };
+    return this.apply(decision, log, podCreated, signal);
   }
 
-  private async apply(run: Json, pods: Json[], plan: Plan, log: Logger, podCreated: () => void): Promise<Executed> {
+  private async apply({ run, pods, plan }: Decision, log: Logger, podCreated: () => void, signal?: AbortSignal): Promise<Executed> {
     const meta = run.metadata as { name: string; namespace: string; resourceVersion: string; uid: string; finalizers?: string[] };
     let current = run;
     const result: Executed = { plan, run };
@@ -203,7 +142,7 @@ export class Executor {
     if (plan.finalizer === "add") {
       // Before the pod exists: a run deleted from here on stays until its sandbox is gone. The
       // attempt annotation goes with it, so a start still costs three requests.
-      this.guard();
+      this.guard(signal);
       current = await this.client.mergePatch(paths.run(meta.namespace, meta.name), {
         metadata: { resourceVersion: meta.resourceVersion, finalizers: [...(meta.finalizers ?? []).filter((f) => f !== FINALIZER), FINALIZER], ...(plan.annotations ? { annotations: plan.annotations } : {}) },
       });
@@ -216,12 +155,12 @@ export class Executor {
       const live = pods.map((p) => podView(p)).filter((p) => p.ownerUid === meta.uid && isLive(p));
       if (live.length > 0) throw new ApiError("POST", "pods", 409, { reason: "Conflict", message: `live pods ${live.map((p) => p.name).join(",")} exist` });
       for (const object of plan.prerequisites ?? []) {
-        this.guard();
+        this.guard(signal);
         await this.ensure(object);
       }
       let created: Json;
       try {
-        this.guard();
+        this.guard(signal);
         created = await this.client.create(paths.pods(meta.namespace), plan.createPod);
       } catch (err) {
         // Its ServiceAccount may have been deleted since it was made: make it again next time.
@@ -245,7 +184,7 @@ export class Executor {
 
     if (status) {
       try {
-        this.guard();
+        this.guard(signal);
         current = await this.client.mergePatch(paths.runStatus(meta.namespace, meta.name), {
           metadata: { resourceVersion: versionOf(current) },
           status,
@@ -261,7 +200,7 @@ export class Executor {
         throw err;
       }
     }
-    this.guard();
+    this.guard(signal);
     // A status write that was accepted shows the run was current; without one, the annotations
     // carry the precondition themselves, so that a stale run cannot move an attempt back. The
     // finalizer comes off only with the precondition: the list is replaced as a whole.
@@ -273,7 +212,7 @@ export class Executor {
     const finalizers = removeFinalizer ? { finalizers: (meta.finalizers ?? []).filter((f) => f !== FINALIZER) } : {};
     const metadata = Object.keys(annotations).length || removeFinalizer ? { ...precondition, ...annotations, ...finalizers } : undefined;
     const [deleted, annotated] = await Promise.all([
-      this.deletePods(meta.namespace, plan.deletePods, log),
+      this.deletePods(meta.namespace, plan.deletePods, log, signal),
       metadata ? this.client.mergePatch(paths.run(meta.namespace, meta.name), { metadata }) : undefined,
     ]);
     if (deleted) {
@@ -295,13 +234,14 @@ export class Executor {
     namespace: string,
     deletions: Plan["deletePods"],
     log: Logger,
+    signal?: AbortSignal,
   ): Promise<{ deletedAt: number; deletedPods: string[]; podsWritten: Json[] } | undefined> {
     if (deletions.length === 0) return undefined;
     const gone: string[] = [];
     const podsWritten: Json[] = [];
     for (const deletion of deletions) {
       try {
-        this.guard();
+        this.guard(signal);
         const answer = await this.client.delete<Json>(paths.pod(namespace, deletion.name), {
           apiVersion: "v1",
           kind: "DeleteOptions",

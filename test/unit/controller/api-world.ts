@@ -7,9 +7,9 @@ import type { Logger } from "pino";
 import { LABELS } from "../../../operator/api/annotations.ts";
 import { parseDuration } from "../../../operator/api/duration.ts";
 import type { EventRecorder } from "../../../operator/controller/events.ts";
-import { Executor, StatusWriteRefused, type CachedDecision } from "../../../operator/controller/executor.ts";
+import { Executor, StatusWriteRefused } from "../../../operator/controller/executor.ts";
+import { planRun } from "../../../operator/controller/plan-run.ts";
 import { ApiError, paths, type KubeClient } from "../../../operator/kube/client.ts";
-import { decide } from "../../../operator/watchdog/decide.ts";
 import { applyMergePatch } from "../../../operator/watchdog/merge-patch.ts";
 import { isQuiet, type Plan } from "../../../operator/watchdog/plan.ts";
 import { World } from "../world.ts";
@@ -44,7 +44,7 @@ export class ApiWorld extends World {
   private refused?: { message: string; tooLarge: boolean };
   private version = 0;
   private lastSeen = "";
-  /** Whether the executor may take the cached pods as complete (Controller.cacheCurrent). */
+  /** Whether a plan made from the cache may take its pods as complete (Controller.cacheCurrent). */
   trustCache = false;
 
   /** When the API server accepted each attempt's newest heartbeat (its clock, to the ms). */
@@ -184,13 +184,15 @@ export class ApiWorld extends World {
     // every pod without the label is one of this run's.
     const detachedPods = [...this.pods.values()].filter((p) => p.metadata.labels?.[LABELS.run] !== NAME).map((p) => structuredClone(p));
     const inputs = { ...this.decideInputs(), ...(detachedPods.length ? { detachedPods } : {}), ...(this.refused ? { refusedWrite: this.refused } : {}) };
-    const executor = new Executor(this.client as unknown as KubeClient, { record() {} } as unknown as EventRecorder, () => this.defaults, undefined, () => this.now, () => inputs);
-    // Only a cache known to hold every pod is trusted (Controller.cacheCurrent): never a stale one.
-    executor.trustCache = () => this.trustCache && cached?.stale !== true;
-    let decision: CachedDecision | undefined;
-    if (cached) decision = { run: cached.run, pods: cached.pods, plan: decide({ run: cached.run, pods: cached.pods, now: this.now, ...inputs }) };
+    const executor = new Executor(this.client as unknown as KubeClient, { record() {} } as unknown as EventRecorder, { clock: () => this.now });
+    const listPods = () => this.client.get(paths.pods(NS), { labelSelector: `${LABELS.run}=${NAME}` }).then((list) => list.items as Json[]);
     try {
-      const executed = await executor.execute(NS, NAME, silent, decision);
+      // What the controller's cache holds, or what a fresh read shows (then the pods are complete).
+      const seen = cached ?? { run: await this.client.get(paths.run(NS, NAME)), pods: await listPods(), stale: false };
+      // Only a cache known to hold every pod is trusted (Controller.cacheCurrent): never a stale one.
+      const podsComplete = cached ? this.trustCache && !cached.stale : true;
+      const decision = await planRun(seen.run, seen.pods, { now: () => this.now, inputs: () => inputs, podsComplete, listPods });
+      const executed = await executor.execute(decision, silent);
       this.refused = undefined;
       this.plans.push(executed.plan);
       // Carried out means carried out: every pod the plan deleted is terminating or gone, unless
@@ -212,7 +214,8 @@ export class ApiWorld extends World {
   /** Reconciles until a plan is quiet, as the controller does while its writes cause events. */
   async settleThroughExecutor(cached?: Snapshot, max = 10): Promise<void> {
     for (let i = 0; i < max; i++) {
-      const plan = await this.reconcileThroughExecutor(i === 0 && !this.runGone ? cached : undefined);
+      if (this.runGone) return;
+      const plan = await this.reconcileThroughExecutor(i === 0 ? cached : undefined);
       if (plan && isQuiet(plan)) return;
     }
   }

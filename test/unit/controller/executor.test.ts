@@ -55,11 +55,12 @@ describe("the executor", () => {
     const w = await startedWorld();
     w.advance(31 * S);
     w.fault = { operation: "writeStatus", race: true };
+    // The write's resourceVersion precondition refuses the stale kill; the executor does not
+    // decide again itself: the conflict goes back to the caller, whose retry decides afresh.
+    expect(await w.reconcileThroughExecutor()).toBeUndefined();
+    expect(w.requests).toEqual(["readRun", "listPods", "writeStatus"]);
     await w.reconcileThroughExecutor();
-    // The write's resourceVersion precondition refuses the stale kill; the executor reads again
-    // and decides from the newer heartbeat.
     expect(w.requests).not.toContain("deletePod");
-    expect(w.requests.filter((r) => r === "readRun")).toHaveLength(2);
     expect(w.status.lastFailure).toBeUndefined();
     expect(w.currentPod()?.metadata.deletionTimestamp).toBeUndefined();
     expect(w.violations).toEqual([]);

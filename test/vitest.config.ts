@@ -21,7 +21,8 @@ export default defineConfig({
       {
         extends: true,
         test: {
-          // The hack/ scripts themselves; the process bookkeeping's stress test loads both cores,
+          // The hack/ scripts themselves and the checker of recorded histories (measure/); the
+          // process bookkeeping's stress test loads both cores,
           // so nothing else runs beside it.
           name: "hack",
           sequence: { groupOrder: 1 },

@@ -1,6 +1,6 @@
 // Every example behaviour on the real machinery: the operator (with its ledger) and the example
 // agent as real processes, kwok scheduling and starting the sandbox pods, the local sandbox runner
-// playing the kubelet. The runs are the demo's own scenario (hack/demo/scenario.ts), so what the demo shows
+// playing the kubelet. The runs are the demo's own scenario (harness/scenario.ts), so what the demo shows
 // is what is tested here. They run side by side, as in the demo; each test then checks one part.
 import { Client } from "pg";
 import { pino } from "pino";
@@ -10,10 +10,10 @@ import { paths, type Json, type KubeClient } from "../../operator/kube/client.ts
 import { readHistory } from "../../operator/ledger/read.ts";
 import { isLive, podView } from "../../operator/watchdog/observe.ts";
 import { sandboxPodName } from "../../operator/watchdog/sandbox-pod.ts";
-import { driveUntilSettled, type Run } from "../../hack/demo/driver.ts";
-import { emailsByRun, judge } from "../../hack/demo/judge.ts";
-import { byLabel, parseMetrics, total } from "../../hack/demo/prometheus.ts";
-import { APPROVAL_ANSWER, DEMO_RUNS, EXAMPLE_ENV, applyRuns, type Behaviour } from "../../hack/demo/scenario.ts";
+import { driveUntilSettled, type Run } from "../../harness/driver.ts";
+import { emailsByRun, judge } from "../../harness/judge.ts";
+import { byLabel, parseMetrics, total } from "../../harness/prometheus.ts";
+import { APPROVAL_ANSWER, DEMO_RUNS, EXAMPLE_ENV, applyRuns, type Behaviour } from "../../harness/scenario.ts";
 import { createDatabase, type TestDatabase } from "../ledger/support.ts";
 import { deleteNamespace, kube, listEvents, newNamespace } from "../support/cluster.ts";
 import { startOperator, type OperatorProcess } from "../support/operator-process.ts";

@@ -5,7 +5,7 @@ import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { paths, type KubeClient } from "../../operator/kube/client.ts";
-import { parseClaim } from "../../hack/sandbox-runner.ts";
+import { parseClaim } from "../../harness/sandbox-runner.ts";
 import { deleteNamespace, kube, kubeconfigPath, newNamespace } from "../support/cluster.ts";
 import { holds, waitFor } from "../support/wait.ts";
 import { FAKE_AGENT, NODE, alive, startRunner, type RunnerHandle } from "./support.ts";
@@ -157,7 +157,7 @@ describe("sandbox runner", () => {
   it("reports a pod Failed when the runner that started it died, and kills the agent it left behind", async () => {
     // The command-line runner, killed without a chance to clean up.
     await createPod("orphan-1", { FAKE_HANG: "1" });
-    const cli = spawn(NODE, [`${root}hack/sandbox-runner.ts`, `--namespaces=${ns}`, "--", ...FAKE_AGENT], {
+    const cli = spawn(NODE, [`${root}harness/sandbox-runner.ts`, `--namespaces=${ns}`, "--", ...FAKE_AGENT], {
       env: { ...process.env, KUBECONFIG: kubeconfigPath() },
       stdio: ["ignore", "ignore", "pipe"],
     });

@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { pino } from "pino";
-import { SandboxRunner, type RunnerEvent, type SandboxRunnerOptions } from "../../hack/sandbox-runner.ts";
+import { SandboxRunner, type RunnerEvent, type SandboxRunnerOptions } from "../../harness/sandbox-runner.ts";
 import { kubeconfigPath } from "../support/cluster.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));

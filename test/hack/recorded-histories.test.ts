@@ -6,8 +6,8 @@
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { INVARIANTS, type Invariant } from "../../hack/soak/analyse.ts";
-import { checkHistoryCommand, judge, readHistory } from "../../hack/soak/verdict.ts";
+import { INVARIANTS, type Invariant } from "../../measure/soak/analyse.ts";
+import { checkHistoryCommand, judge, readHistory } from "../../measure/soak/verdict.ts";
 
 const dir = fileURLToPath(new URL("histories/", import.meta.url));
 

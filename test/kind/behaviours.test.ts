@@ -7,9 +7,9 @@ import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { KubeConfig } from "@kubernetes/client-node";
 import { KubeClient, paths, type Json } from "../../operator/kube/client.ts";
-import { driveUntilSettled, type Run } from "../../hack/demo/driver.ts";
-import { judge } from "../../hack/demo/judge.ts";
-import { DEMO_RUNS, EXAMPLE_ENV, manifestFor } from "../../hack/demo/scenario.ts";
+import { driveUntilSettled, type Run } from "../../harness/driver.ts";
+import { judge } from "../../harness/judge.ts";
+import { DEMO_RUNS, EXAMPLE_ENV, manifestFor } from "../../harness/scenario.ts";
 import { waitFor } from "../support/wait.ts";
 
 const kubeconfig = process.env.AGENT_WATCHDOG_E2E_KUBECONFIG;

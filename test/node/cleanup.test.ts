@@ -7,9 +7,9 @@ import { execFileSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { expect, it } from "vitest";
-import { clientFor } from "../../hack/demo/cluster.ts";
-import { realNodeStateRoot, realNodeUp } from "../../hack/demo/real-node.ts";
-import { runScript } from "../../hack/demo/cluster.ts";
+import { clientFor } from "../../harness/cluster.ts";
+import { realNodeStateRoot, realNodeUp } from "../../harness/real-node.ts";
+import { runScript } from "../../harness/cluster.ts";
 import { paths } from "../../operator/kube/client.ts";
 import { waitFor } from "../support/wait.ts";
 

@@ -7,8 +7,8 @@ import { rmSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { expect, it } from "vitest";
-import { DEMO_RUNS } from "../../hack/demo/scenario.ts";
-import { stateRoot } from "../../hack/sandbox-runner.ts";
+import { DEMO_RUNS } from "../../harness/scenario.ts";
+import { stateRoot } from "../../harness/sandbox-runner.ts";
 import { kube } from "../support/cluster.ts";
 import { waitFor } from "../support/wait.ts";
 
@@ -16,7 +16,7 @@ const root = fileURLToPath(new URL("../..", import.meta.url));
 
 it("npm run demo -- --kubelet --once exits 0 with every behaviour as expected in real pods", async () => {
   const namespace = `node-demo-${randomBytes(3).toString("hex")}`;
-  const child = spawn(process.execPath, [`${root}hack/demo.ts`, "--kubelet", "--once", `--namespace=${namespace}`, "--timeout=240"], {
+  const child = spawn(process.execPath, [`${root}harness/demo.ts`, "--kubelet", "--once", `--namespace=${namespace}`, "--timeout=240"], {
     cwd: root,
     env: { ...process.env, NO_COLOR: "1" },
     stdio: ["ignore", "pipe", "pipe"],

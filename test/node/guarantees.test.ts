@@ -8,13 +8,13 @@
 // Throughout, an observer polls containerd on the node: at no moment do two pods of one run have a
 // running container.
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from "vitest";
-import { RESTRICTED_NAMESPACE } from "../../hack/demo/cluster.ts";
-import { nodePause, nodeResume } from "../../hack/demo/real-node.ts";
+import { RESTRICTED_NAMESPACE } from "../../harness/cluster.ts";
+import { nodePause, nodeResume } from "../../harness/real-node.ts";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { runScript } from "../../hack/demo/cluster.ts";
+import { runScript } from "../../harness/cluster.ts";
 import { ApiError, isNotFound, paths, type Json, type KubeClient } from "../../operator/kube/client.ts";
-import { componentPid } from "../bench/lib.ts";
+import { componentPid } from "../../measure/bench/lib.ts";
 import { deleteNamespace, kube, newNamespace, ofAttempt } from "../support/cluster.ts";
 import { startOperator, type OperatorProcess } from "../support/operator-process.ts";
 import { waitFor } from "../support/wait.ts";

@@ -3,7 +3,7 @@
 // running pods of the project image that get addresses, reach each other and reach the API server.
 import { Agent, fetch } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { REAL_NODE_NAME } from "../../hack/demo/real-node.ts";
+import { REAL_NODE_NAME } from "../../harness/real-node.ts";
 import { paths, type KubeClient } from "../../operator/kube/client.ts";
 import { kubectl, ok } from "../chart/support.ts";
 import { deleteNamespace, kube, newNamespace } from "../support/cluster.ts";

@@ -5,7 +5,7 @@
 import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { REAL_NODE_NAME, nodePause, nodeResume } from "../../hack/demo/real-node.ts";
+import { REAL_NODE_NAME, nodePause, nodeResume } from "../../harness/real-node.ts";
 import { paths, type KubeClient } from "../../operator/kube/client.ts";
 import { deleteNamespace, kube, newNamespace } from "../support/cluster.ts";
 import { waitFor } from "../support/wait.ts";

@@ -3,8 +3,8 @@
 // run by the operator on the real node in a namespace that enforces the restricted pod security
 // standard, with nothing but the pod's service-account token to reach the API server.
 import { afterAll, beforeAll, expect, inject, it } from "vitest";
-import { RESTRICTED_NAMESPACE } from "../../hack/demo/cluster.ts";
-import { command } from "../../hack/demo/real-node.ts";
+import { RESTRICTED_NAMESPACE } from "../../harness/cluster.ts";
+import { command } from "../../harness/real-node.ts";
 import { paths, type KubeClient } from "../../operator/kube/client.ts";
 import { kubectl, ok } from "../chart/support.ts";
 import { deleteNamespace, kube, newNamespace } from "../support/cluster.ts";

@@ -11,7 +11,7 @@ const RUNS = process.env.SOAK_RUNS ?? "30";
 const DURATION = process.env.SOAK_DURATION ?? "5m";
 
 it(`a ${DURATION} soak of ${RUNS} runs on the real node breaks no promise`, async () => {
-  const child = spawn(process.execPath, [`${root}hack/soak.ts`, `--runs=${RUNS}`, `--duration=${DURATION}`, "--node=kubelet"], { cwd: root, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [`${root}measure/soak.ts`, `--runs=${RUNS}`, `--duration=${DURATION}`, "--node=kubelet"], { cwd: root, stdio: ["ignore", "pipe", "pipe"] });
   let stdout = "";
   let stderr = "";
   child.stdout.on("data", (c: Buffer) => (stdout += c.toString()));
@@ -26,7 +26,7 @@ it(`a ${DURATION} soak of ${RUNS} runs on the real node breaks no promise`, asyn
   expect(code).toBe(0);
   // The verdict is the checker's: judged again offline from the file alone, it is the same.
   const offline = await new Promise<{ code: number; stdout: string }>((resolve) =>
-    execFile(process.execPath, [`${root}hack/check-history.ts`, result.soak?.history ?? "missing"], { cwd: root }, (err, out) => resolve({ code: err ? Number(err.code ?? 1) : 0, stdout: out })),
+    execFile(process.execPath, [`${root}measure/check-history.ts`, result.soak?.history ?? "missing"], { cwd: root }, (err, out) => resolve({ code: err ? Number(err.code ?? 1) : 0, stdout: out })),
   );
   const again = JSON.parse(offline.stdout.trim().split("\n").at(-1) ?? "{}") as { violations?: Record<string, number> };
   expect(again.violations, "check-history on the history file").toEqual(result.violations);

@@ -2,7 +2,7 @@
 // on it (containerd's), which the tests check beside the API's.
 import { join } from "node:path";
 import { inject } from "vitest";
-import { ContainerdView, type NodeContainer } from "../../hack/soak/node-view.ts";
+import { ContainerdView, type NodeContainer } from "../../measure/soak/node-view.ts";
 import { isAlreadyExists, paths, type Json, type KubeClient } from "../../operator/kube/client.ts";
 import { waitFor } from "../support/wait.ts";
 

@@ -1,7 +1,7 @@
 // Starts the real operator (`node operator/cli/operator.ts`) as a child process against the test
 // control plane, scoped to the test's namespace, on free ports.
 import { spawn, type ChildProcess } from "node:child_process";
-import { freePort } from "../../hack/lib/free-port.ts";
+import { freePort } from "../../harness/free-port.ts";
 import { fileURLToPath } from "node:url";
 import { kubeconfigPath } from "./cluster.ts";
 import { waitFor } from "./wait.ts";

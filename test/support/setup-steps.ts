@@ -6,8 +6,8 @@
 // fails every suite that needs it, with its own error.
 import { execFileSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { applyCrds, clientFor, exported, runScript } from "../../hack/demo/cluster.ts";
-import { realNodeUp, type RealNode } from "../../hack/demo/real-node.ts";
+import { applyCrds, clientFor, exported, runScript } from "../../harness/cluster.ts";
+import { realNodeUp, type RealNode } from "../../harness/real-node.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 

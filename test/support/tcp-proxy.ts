@@ -1,5 +1,5 @@
-// The TCP proxy of hack/lib, pointed at the test control plane by default.
-import { startApiProxy as startProxyTo, startTcpProxy, type TcpProxy } from "../../hack/lib/tcp-proxy.ts";
+// The TCP proxy of harness/, pointed at the test control plane by default.
+import { startApiProxy as startProxyTo, startTcpProxy, type TcpProxy } from "../../harness/tcp-proxy.ts";
 import { kubeconfigPath } from "./cluster.ts";
 
 export { startTcpProxy, type TcpProxy };

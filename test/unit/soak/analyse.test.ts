@@ -2,10 +2,10 @@
 // records, with one violation of each kind (the soak's own --self-test) and with look-alikes that
 // must not count.
 import { describe, expect, it } from "vitest";
-import { analyse, endStateProblem, INVARIANTS } from "../../../hack/soak/analyse.ts";
-import { schedule, random } from "../../../hack/soak/faults.ts";
-import type { SoakRecord } from "../../../hack/soak/record.ts";
-import { selfTest, selfTestRecord } from "../../../hack/soak/self-test.ts";
+import { analyse, endStateProblem, INVARIANTS } from "../../../measure/soak/analyse.ts";
+import { schedule, random } from "../../../measure/soak/faults.ts";
+import type { SoakRecord } from "../../../measure/soak/record.ts";
+import { selfTest, selfTestRecord } from "../../../measure/soak/self-test.ts";
 
 const S = 1000;
 

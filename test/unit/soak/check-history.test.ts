@@ -7,11 +7,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
-import { INVARIANTS } from "../../../hack/soak/analyse.ts";
-import type { SoakRecord } from "../../../hack/soak/record.ts";
-import { selfTestRecord } from "../../../hack/soak/self-test.ts";
+import { INVARIANTS } from "../../../measure/soak/analyse.ts";
+import type { SoakRecord } from "../../../measure/soak/record.ts";
+import { selfTestRecord } from "../../../measure/soak/self-test.ts";
 
-const script = fileURLToPath(new URL("../../../hack/check-history.ts", import.meta.url));
+const script = fileURLToPath(new URL("../../../measure/check-history.ts", import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), "check-history-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 

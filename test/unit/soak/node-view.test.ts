@@ -2,7 +2,7 @@
 // container's own start and exit count, with containerd's times; an exec's exit, a task's delete
 // and anything garbled do not.
 import { describe, expect, it } from "vitest";
-import { parseTaskEvent } from "../../../hack/soak/node-view.ts";
+import { parseTaskEvent } from "../../../measure/soak/node-view.ts";
 
 const ID = "4c542b1b4183d95e58e7f6ff7a6693216ca96a9d44242b3a7f72ecf788b25189";
 

@@ -13,7 +13,7 @@
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { freePort } from "../../hack/lib/free-port.ts";
+import { freePort } from "../../harness/free-port.ts";
 import { parseArgs } from "node:util";
 import { parseDuration } from "../../operator/api/duration.ts";
 import { LABELS } from "../../operator/api/annotations.ts";

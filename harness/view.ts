@@ -1,8 +1,8 @@
 // The demo's terminal: colours, the live table of runs, and the recent watchdog events.
-import { paths, type KubeClient } from "../../operator/kube/client.ts";
+import { paths, type KubeClient } from "../operator/kube/client.ts";
 import { FINAL_PHASES, type Run } from "./driver.ts";
 import type { DemoRun } from "./scenario.ts";
-import { budgetColumn } from "../../operator/cli/plugin/format.ts";
+import { budgetColumn } from "../operator/cli/plugin/format.ts";
 
 /* eslint-disable @typescript-eslint/no-explicit-any -- runs and events are read as plain JSON here */
 export const tty = process.stdout.isTTY === true;

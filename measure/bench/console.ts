@@ -13,7 +13,7 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { paths, type Json } from "../../operator/kube/client.ts";
-import { launchBrowser, startConsole } from "../console/support.ts";
+import { launchBrowser, startConsole } from "../../test/console/support.ts";
 import { clientFor, controlPlaneUp, freshNamespace, log as logAs, pool, round, summary } from "./lib.ts";
 
 const { values } = parseArgs({

@@ -1,5 +1,5 @@
 // Judging the end states: each run against what the watchdog's rules require of its behaviour.
-import { Outbox } from "../../operator/example-agent/outbox.ts";
+import { Outbox } from "../operator/example-agent/outbox.ts";
 import type { Run } from "./driver.ts";
 import { APPROVAL_ANSWER, RUNAWAY_REPORTS_OVER, type Behaviour, type DemoRun } from "./scenario.ts";
 

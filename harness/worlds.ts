@@ -7,10 +7,10 @@
 import { mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { pino } from "pino";
-import { Outbox, serveOutbox } from "../../operator/example-agent/outbox.ts";
-import { isNotFound, paths, type KubeClient } from "../../operator/kube/client.ts";
-import { freePort } from "../lib/free-port.ts";
-import { SandboxRunner } from "../sandbox-runner.ts";
+import { Outbox, serveOutbox } from "../operator/example-agent/outbox.ts";
+import { isNotFound, paths, type KubeClient } from "../operator/kube/client.ts";
+import { freePort } from "./free-port.ts";
+import { SandboxRunner } from "./sandbox-runner.ts";
 import { RESTRICTED_NAMESPACE, applyCrds, clientFor, exported, freshNamespace, runScript, scriptOk } from "./cluster.ts";
 import type { Run } from "./driver.ts";
 import { startOperator, type OperatorHandle } from "./operator.ts";

@@ -1,5 +1,5 @@
 // `npm run soak`: many runs of the example agent's behaviours under many faults at once, for a
-// while, judged by an independent observer (hack/soak/observer.ts) that trusts none of the
+// while, judged by an independent observer (measure/soak/observer.ts) that trusts none of the
 // operator's own figures. Exits non-zero when any promise was broken: two sandboxes of one run at
 // once, a retry before its retry-after, a healthy sandbox killed, a run lost or stuck, a ledger row
 // missing, a side effect not exactly once, or an operator that crashed by itself.
@@ -13,15 +13,15 @@ import { parseArgs } from "node:util";
 import { Client } from "pg";
 import { parseDuration } from "../operator/api/duration.ts";
 import { paths, type Json } from "../operator/kube/client.ts";
-import { emailsByRun } from "./demo/judge.ts";
-import { FINAL_PHASES } from "./demo/driver.ts";
-import { APPROVAL_ANSWER, manifestFor, type Behaviour } from "./demo/scenario.ts";
+import { emailsByRun } from "../harness/judge.ts";
+import { FINAL_PHASES } from "../harness/driver.ts";
+import { APPROVAL_ANSWER, manifestFor, type Behaviour } from "../harness/scenario.ts";
 import { apply, random, schedule, type FaultContext } from "./soak/faults.ts";
 import { Observer } from "./soak/observer.ts";
 import type { AnswerRecord, FaultRecord, LedgerRecord, SoakRecord } from "./soak/record.ts";
 import { checkHistoryCommand, judge } from "./soak/verdict.ts";
 import { LEASE_NAME, soakWorld, type SoakWorld } from "./soak/world.ts";
-import { stateRoot } from "./sandbox-runner.ts";
+import { stateRoot } from "../harness/sandbox-runner.ts";
 import { DEFECTS, REINTRODUCE_ENV, chosenDefect, type Defect } from "../operator/defects.ts";
 
 const USAGE = `usage: npm run soak -- [--runs 60] [--duration 5m] [--node kubelet|kwok] [--seed N]

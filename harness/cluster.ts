@@ -6,9 +6,9 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { KubeConfig } from "@kubernetes/client-node";
 import { parseAllDocuments } from "yaml";
-import { APPLY_PATCH, KubeClient, isNotFound, type Json } from "../../operator/kube/client.ts";
+import { APPLY_PATCH, KubeClient, isNotFound, type Json } from "../operator/kube/client.ts";
 
-const root = fileURLToPath(new URL("../..", import.meta.url));
+const root = fileURLToPath(new URL("..", import.meta.url));
 
 /** Runs a hack/ script; its progress goes to our stderr, its stdout is returned. */
 export function runScript(

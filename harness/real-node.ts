@@ -7,11 +7,11 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { spawn } from "node:child_process";
 import { stringify } from "yaml";
-import { isNotFound, paths, type Json, type KubeClient } from "../../operator/kube/client.ts";
-import { stateRoot } from "../sandbox-runner.ts";
+import { isNotFound, paths, type Json, type KubeClient } from "../operator/kube/client.ts";
+import { stateRoot } from "./sandbox-runner.ts";
 import { exported, pollUntil, runScript } from "./cluster.ts";
 
-const root = fileURLToPath(new URL("../..", import.meta.url));
+const root = fileURLToPath(new URL("..", import.meta.url));
 
 /** Names which cluster owns the machine's one real node (written by hack/lib/node.sh). */
 export const REAL_NODE_OWNER_FILE = "/run/agent-watchdog-real-node";

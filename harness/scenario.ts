@@ -1,7 +1,7 @@
 // The demo's scenario: one AgentRun per behaviour the watchdog handles, with short timings, and
 // the end state each must reach. The demo, the end-to-end tests and the real-node suite all drive
 // exactly this.
-import { paths, type Json, type KubeClient } from "../../operator/kube/client.ts";
+import { paths, type Json, type KubeClient } from "../operator/kube/client.ts";
 
 export type Behaviour =
   | "healthy"

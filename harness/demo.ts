@@ -19,20 +19,20 @@
 // Ctrl-C at any point stops the operator, the runner and the agents, and stops the control plane
 // and PostgreSQL only if this demo started them.
 //
-// The parts (scenario, driver, judge, summary, terminal view) are modules in hack/demo/, which the
+// The parts (scenario, driver, judge, summary, terminal view) are modules in harness/, which the
 // end-to-end tests share.
 import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { formatHistory } from "../operator/ledger/format.ts";
-import { driveUntilSettled, isSettled } from "./demo/driver.ts";
-import { emailsByRun, judge, type JudgeContext } from "./demo/judge.ts";
-import { historyReaderToken, ledgerHistory } from "./demo/operator.ts";
-import { parseMetrics } from "./demo/prometheus.ts";
-import { APPROVAL_ANSWER, DEFAULT_NAMESPACE, DEMO_RUNS, applyRuns } from "./demo/scenario.ts";
-import { sdkWrites, summaryLines } from "./demo/summary.ts";
-import { LiveView, bold, dim, green, recentEvents, red, seconds, tty, yellow } from "./demo/view.ts";
-import { lastPod, localWorld, realNodeWorld, type DemoWorld, type Step } from "./demo/worlds.ts";
+import { driveUntilSettled, isSettled } from "./driver.ts";
+import { emailsByRun, judge, type JudgeContext } from "./judge.ts";
+import { historyReaderToken, ledgerHistory } from "./operator.ts";
+import { parseMetrics } from "./prometheus.ts";
+import { APPROVAL_ANSWER, DEFAULT_NAMESPACE, DEMO_RUNS, applyRuns } from "./scenario.ts";
+import { sdkWrites, summaryLines } from "./summary.ts";
+import { LiveView, bold, dim, green, recentEvents, red, seconds, tty, yellow } from "./view.ts";
+import { lastPod, localWorld, realNodeWorld, type DemoWorld, type Step } from "./worlds.ts";
 import { stateRoot } from "./sandbox-runner.ts";
 
 const USAGE = `usage: npm run demo -- [--kubelet] [--once] [--namespace=NAME] [--timeout=SECONDS]

@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { KubeConfig } from "@kubernetes/client-node";
-import { freePort } from "../../hack/lib/free-port.ts";
+import { freePort } from "../../harness/free-port.ts";
 import { isAlreadyExists, KubeClient } from "../../operator/kube/client.ts";
 
 export const root = fileURLToPath(new URL("../..", import.meta.url));

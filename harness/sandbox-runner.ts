@@ -7,7 +7,7 @@
 // (Succeeded for exit 0, Failed with the exit code otherwise), as a kubelet with
 // restartPolicy Never would. When the operator deletes a pod, its process is killed at once.
 //
-//   KUBECONFIG=... node hack/sandbox-runner.ts [--namespaces=a,b] [--echo] [--log-dir=DIR]
+//   KUBECONFIG=... node harness/sandbox-runner.ts [--namespaces=a,b] [--echo] [--log-dir=DIR]
 //                                              [--outbox-dir=DIR] [--env=KEY=VALUE ...]
 //                                              [-- command args...]
 //
@@ -530,7 +530,7 @@ function processServes(pid: number, pod: Pod): boolean {
 // ---------------------------------------------------------------------------------------------
 // the command line
 
-const USAGE = `usage: KUBECONFIG=... node hack/sandbox-runner.ts [flags] [-- command args...]
+const USAGE = `usage: KUBECONFIG=... node harness/sandbox-runner.ts [flags] [-- command args...]
 
   --namespaces=a,b     namespaces to watch (default: all)
   --log-dir=DIR        one log file per pod (default: <state>/sandbox-runner/logs)

@@ -4,13 +4,13 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { closeSync, openSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { isAlreadyExists, type Json, type KubeClient } from "../../operator/kube/client.ts";
-import type { RunHistory } from "../../operator/ledger/read.ts";
-import { freePort } from "../lib/free-port.ts";
+import { isAlreadyExists, type Json, type KubeClient } from "../operator/kube/client.ts";
+import type { RunHistory } from "../operator/ledger/read.ts";
+import { freePort } from "./free-port.ts";
 import { pollUntil } from "./cluster.ts";
 import type { Run } from "./driver.ts";
 
-const root = fileURLToPath(new URL("../..", import.meta.url));
+const root = fileURLToPath(new URL("..", import.meta.url));
 
 export interface OperatorHandle {
   child: ChildProcess;

@@ -4,7 +4,7 @@ import { existsSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { gunzipSync } from "node:zlib";
 import { parseArgs } from "node:util";
-import { FINAL_PHASES } from "../demo/driver.ts";
+import { FINAL_PHASES } from "../../harness/driver.ts";
 import { analyse, type Findings } from "./analyse.ts";
 import type { SoakRecord } from "./record.ts";
 import { jsonLine, table, type Summary } from "./report.ts";

@@ -1,5 +1,5 @@
 // Driving the demo's runs to their end: polling them, and approving the one that asks.
-import { paths, type KubeClient } from "../../operator/kube/client.ts";
+import { paths, type KubeClient } from "../operator/kube/client.ts";
 import { abortableSleep } from "./cluster.ts";
 import { APPROVAL_ANSWER } from "./scenario.ts";
 

@@ -43,15 +43,7 @@ async function script(name: string, args: string[], variable: string, env?: Reco
   return value;
 }
 
-/** The control plane (API server, etcd, controller manager) with the CRDs: its kubeconfig. */
-export const controlPlane = () =>
-  step("the control plane and the CRDs", async () => {
-    const kubeconfig = await script("control-plane.sh", ["up"], "KUBECONFIG");
-    await applyCrds(clientFor(kubeconfig));
-    return kubeconfig;
-  });
-
-/** The same cluster with kube-scheduler, kwok and a fake node added: its kubeconfig. */
+/** The control plane (API server, etcd, controller manager) with kube-scheduler, kwok and a fake node, and the CRDs: its kubeconfig. */
 export const kwokCluster = () =>
   step("the control plane with a kwok node and the CRDs", async () => {
     const kubeconfig = await script("control-plane.sh", ["up", "--nodes"], "KUBECONFIG");

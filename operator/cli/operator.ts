@@ -5,6 +5,7 @@ import { Controller } from "../controller/controller.ts";
 import { DEFECTS, chosenDefect } from "../defects.ts";
 import { EventRecorder } from "../controller/events.ts";
 import { LEADER_DEFAULTS, LeaderElector } from "../controller/leader.ts";
+import { Runnables } from "../controller/runnables.ts";
 import { KubeClient } from "../kube/client.ts";
 import { Ledger } from "../ledger/ledger.ts";
 import { historyRoute } from "../ledger/serve.ts";
@@ -133,17 +134,25 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
     ]),
   );
 
-  controller.startInformers();
-  const lead = () => {
-    leading = true;
-    metrics.leaderStatus.set(leaderLabels, 1);
-    ledger?.requestCatchUp();
-    void controller.startWorkers().then(() => {
+  const runnables = new Runnables(log);
+  runnables.add({ name: "informers", leaderOnly: false, start: () => controller.startInformers() });
+  if (ledger) runnables.add({ name: "ledger catch-up", leaderOnly: true, start: () => ledger.requestCatchUp() });
+  runnables.add({
+    name: "workers",
+    leaderOnly: true,
+    start: async () => {
+      await controller.startWorkers();
       // What the runs had spent when this replica came to lead is a baseline, not new spending.
       const runs = controller.listRuns();
       if (runs) spendingMetrics.observe(runs);
       log.info({ concurrency: options.concurrency, namespaces: options.namespaces.length ? options.namespaces : "all" }, "caches synced; reconciling");
-    });
+    },
+  });
+  runnables.start();
+  const lead = () => {
+    leading = true;
+    metrics.leaderStatus.set(leaderLabels, 1);
+    runnables.lead();
   };
   if (elector) {
     elector.run(lead, () => {

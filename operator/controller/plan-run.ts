@@ -14,7 +14,7 @@ export interface Decision {
 export interface PlanSources {
   /** The time now on the API server's clock. */
   now: () => number;
-  /** What the core needs beyond the run and its pods (Controller.inputsFor): defaults, nodes, sightings. */
+  /** What the core needs beyond the run and its pods (reconciler.ts, inputs.ts): defaults, nodes, sightings. */
   inputs: (run: Json, pods: readonly Json[]) => Omit<DecideInput, "run" | "pods" | "now">;
   /**
    * Whether the pods given are known to show every pod of the run that may still run (the caches

@@ -113,7 +113,7 @@ export class World {
     this.agentStartsSeen = new Map();
   }
 
-  /** What the controller gives the core beside the run, its pods and the time (Controller.inputsFor). */
+  /** What the controller gives the core beside the run, its pods and the time (inputs.ts). */
   protected decideInputs(): Omit<DecideInput, "run" | "pods" | "now"> {
     return {
       defaults: this.defaults,

@@ -1,0 +1,34 @@
+// The runs counted for the gauges: by phase, with stale heartbeats and unconfirmed sandboxes.
+import { ACTIVE_PHASES, PHASES, type Phase } from "../api/agentrun.ts";
+import { resolveWatchdog, toSettings, type InstallDefaults } from "../api/defaults.ts";
+import { toMillis } from "../api/timestamp.ts";
+import type { Json } from "../kube/client.ts";
+
+export interface Census {
+  phases: Record<Phase, number>;
+  /** Active runs whose heartbeat is older than half its timeout. */
+  staleHeartbeats: number;
+  /** Runs with a sandbox deleted and not yet confirmed gone. */
+  unconfirmed: number;
+}
+
+export function census(runs: Iterable<Json>, defaults: InstallDefaults, now: number): Census {
+  const phases = Object.fromEntries(PHASES.map((p) => [p, 0])) as Record<Phase, number>;
+  let staleHeartbeats = 0;
+  let unconfirmed = 0;
+  for (const run of runs) {
+    const status = (run.status ?? {}) as { phase?: Phase; heartbeat?: { time?: string }; conditions?: { type: string; status: string }[] };
+    const phase = status.phase ?? "Queued";
+    if (phase in phases) phases[phase]++;
+    if (status.conditions?.some((c) => c.type === "SandboxUnconfirmed" && c.status === "True")) unconfirmed++;
+    if (!ACTIVE_PHASES.includes(phase) || phase === "AwaitingReply" || !status.heartbeat?.time) continue;
+    try {
+      const timeout = toSettings(resolveWatchdog((run.spec as { watchdog?: InstallDefaults }).watchdog, defaults)).heartbeatTimeoutMs;
+      const age = now - (toMillis(status.heartbeat.time) ?? now);
+      if (age > timeout / 2) staleHeartbeats++;
+    } catch {
+      // a run the core cannot read is reported by its own condition
+    }
+  }
+  return { phases, staleHeartbeats, unconfirmed };
+}

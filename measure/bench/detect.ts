@@ -208,8 +208,12 @@ async function main(): Promise<void> {
     );
     if (early > 0) process.exitCode = 1;
   } finally {
-    operator.kill("SIGTERM");
+    // The namespace goes while the operator still runs: its runs are Queued for their next
+    // attempt and carry the finalizer, which only the operator takes off once their sandboxes are
+    // gone. Stopped first, it left them (and the namespace) for ever, and the next bench waited.
     await client.delete(`/api/v1/namespaces/${ns}`).catch(() => {});
+    await until(`namespace ${ns} deleted`, () => client.get(`/api/v1/namespaces/${ns}`).then(() => false, () => true), 180_000).catch((err: unknown) => log(String(err)));
+    operator.kill("SIGTERM");
   }
 }
 

@@ -72,7 +72,7 @@ export class Controller {
       nodes: this.nodeCache,
       log,
     });
-    this.pool = new WorkerPool(this.queue, this.wakeups, (key, signal, podCreated) => this.reconciler.reconcile(key, signal, podCreated), metrics, log, {
+    this.pool = new WorkerPool(this.queue, this.wakeups, (key, context, podCreated) => this.reconciler.reconcile(key, context, podCreated), metrics, log, {
       concurrency: options.concurrency,
       stuckReconcileMs: options.stuckReconcileMs,
     });

@@ -19,7 +19,7 @@
 //   that (rule 12); a write that failed for any other reason (a conflict, 429 from API Priority
 //   and Fairness, 5xx, a timeout) is thrown to the caller, which decides again after a backoff;
 // - every write first asks whether this replica may still write (it leads), and whether the
-//   reconcile is still wanted (its signal: a stop, or its deadline).
+//   reconcile is still wanted (its context: not stopped, not past its deadline).
 // The executor never decides: it carries out a plan as it was made (plan-run.ts made it, from a
 // live list of pods when it creates one). The status write's resourceVersion precondition (and
 // the annotation write's) refuses it when the run it was made from was stale, and the pod
@@ -79,6 +79,25 @@ export function refusedForContent(err: unknown): err is ApiError {
   return err.code === 400 || err.code === 413 || err.code === 422 || (err.code === 500 && /too large/i.test(err.message));
 }
 
+/**
+ * What one reconcile runs under: the operator's stop (a long-lived signal, shared) and its own
+ * deadline. A plain deadline rather than a timer signal per reconcile: a heartbeat-only update is
+ * a reconcile too, thousands a second at scale.
+ */
+export interface ReconcileContext {
+  signal: AbortSignal;
+  /** ms since the epoch, this machine's clock (a span of the reconcile, not a run's deadline). */
+  deadline: number;
+}
+
+/** Thrown instead of writing when a reconcile has run past its deadline. */
+export class ReconcileDeadlineExceeded extends Error {
+  constructor(deadline: number) {
+    super(`the reconcile ran past its deadline (${new Date(deadline).toISOString()}): writes are stopped`);
+    this.name = "ReconcileDeadlineExceeded";
+  }
+}
+
 /** Thrown instead of writing when this replica no longer leads. */
 export class NotLeaderError extends Error {
   constructor() {
@@ -115,8 +134,9 @@ export class Executor {
   }
 
   /** Before every write: this replica still leads, and the reconcile is neither stopped nor past its deadline. */
-  private guard(signal?: AbortSignal): void {
-    signal?.throwIfAborted();
+  private guard(context?: ReconcileContext): void {
+    context?.signal.throwIfAborted();
+    if (context && Date.now() > context.deadline) throw new ReconcileDeadlineExceeded(context.deadline);
     if (!this.canWrite()) throw new NotLeaderError();
   }
 
@@ -124,14 +144,15 @@ export class Executor {
    * Carries out a plan on the run and pods it was made from, and never decides: a write refused
    * because they were stale (a conflict) is thrown to the caller, which decides again after a
    * backoff, from a cache that has caught up by then. `podCreated` is called once the plan's pod
-   * exists, before the writes that follow it. Nothing is written once `signal` is aborted.
+   * exists, before the writes that follow it. Nothing is written once the context is stopped or
+   * past its deadline.
    */
-  async execute(decision: Decision, log: Logger, podCreated: () => void = () => {}, signal?: AbortSignal): Promise<Executed> {
+  async execute(decision: Decision, log: Logger, podCreated: () => void = () => {}, context?: ReconcileContext): Promise<Executed> {
     if (isQuiet(decision.plan)) return { plan: decision.plan, run: decision.run };
-    return this.apply(decision, log, podCreated, signal);
+    return this.apply(decision, log, podCreated, context);
   }
 
-  private async apply({ run, pods, plan }: Decision, log: Logger, podCreated: () => void, signal?: AbortSignal): Promise<Executed> {
+  private async apply({ run, pods, plan }: Decision, log: Logger, podCreated: () => void, context?: ReconcileContext): Promise<Executed> {
     const meta = run.metadata as { name: string; namespace: string; resourceVersion: string; uid: string; finalizers?: string[] };
     let current = run;
     const result: Executed = { plan, run };
@@ -142,7 +163,7 @@ export class Executor {
     if (plan.finalizer === "add") {
       // Before the pod exists: a run deleted from here on stays until its sandbox is gone. The
       // attempt annotation goes with it, so a start still costs three requests.
-      this.guard(signal);
+      this.guard(context);
       current = await this.client.mergePatch(paths.run(meta.namespace, meta.name), {
         metadata: { resourceVersion: meta.resourceVersion, finalizers: [...(meta.finalizers ?? []).filter((f) => f !== FINALIZER), FINALIZER], ...(plan.annotations ? { annotations: plan.annotations } : {}) },
       });
@@ -155,12 +176,12 @@ export class Executor {
       const live = pods.map((p) => podView(p)).filter((p) => p.ownerUid === meta.uid && isLive(p));
       if (live.length > 0) throw new ApiError("POST", "pods", 409, { reason: "Conflict", message: `live pods ${live.map((p) => p.name).join(",")} exist` });
       for (const object of plan.prerequisites ?? []) {
-        this.guard(signal);
+        this.guard(context);
         await this.ensure(object);
       }
       let created: Json;
       try {
-        this.guard(signal);
+        this.guard(context);
         created = await this.client.create(paths.pods(meta.namespace), plan.createPod);
       } catch (err) {
         // Its ServiceAccount may have been deleted since it was made: make it again next time.
@@ -184,7 +205,7 @@ export class Executor {
 
     if (status) {
       try {
-        this.guard(signal);
+        this.guard(context);
         current = await this.client.mergePatch(paths.runStatus(meta.namespace, meta.name), {
           metadata: { resourceVersion: versionOf(current) },
           status,
@@ -200,7 +221,7 @@ export class Executor {
         throw err;
       }
     }
-    this.guard(signal);
+    this.guard(context);
     // A status write that was accepted shows the run was current; without one, the annotations
     // carry the precondition themselves, so that a stale run cannot move an attempt back. The
     // finalizer comes off only with the precondition: the list is replaced as a whole.
@@ -212,7 +233,7 @@ export class Executor {
     const finalizers = removeFinalizer ? { finalizers: (meta.finalizers ?? []).filter((f) => f !== FINALIZER) } : {};
     const metadata = Object.keys(annotations).length || removeFinalizer ? { ...precondition, ...annotations, ...finalizers } : undefined;
     const [deleted, annotated] = await Promise.all([
-      this.deletePods(meta.namespace, plan.deletePods, log, signal),
+      this.deletePods(meta.namespace, plan.deletePods, log, context),
       metadata ? this.client.mergePatch(paths.run(meta.namespace, meta.name), { metadata }) : undefined,
     ]);
     if (deleted) {
@@ -234,14 +255,14 @@ export class Executor {
     namespace: string,
     deletions: Plan["deletePods"],
     log: Logger,
-    signal?: AbortSignal,
+    context?: ReconcileContext,
   ): Promise<{ deletedAt: number; deletedPods: string[]; podsWritten: Json[] } | undefined> {
     if (deletions.length === 0) return undefined;
     const gone: string[] = [];
     const podsWritten: Json[] = [];
     for (const deletion of deletions) {
       try {
-        this.guard(signal);
+        this.guard(context);
         const answer = await this.client.delete<Json>(paths.pod(namespace, deletion.name), {
           apiVersion: "v1",
           kind: "DeleteOptions",

@@ -12,7 +12,7 @@ import type { Metrics } from "../metrics/metrics.ts";
 import { isQuiet, type Plan } from "../watchdog/plan.ts";
 import type { SandboxIdentity } from "../watchdog/sandbox-identity.ts";
 import type { EventRecorder } from "./events.ts";
-import { Executor, StatusWriteRefused, type Executed } from "./executor.ts";
+import { Executor, StatusWriteRefused, type Executed, type ReconcileContext } from "./executor.ts";
 import { decisionInputs, type NodeSource } from "./inputs.ts";
 import { planRun } from "./plan-run.ts";
 import type { RunIndex } from "./run-index.ts";
@@ -105,9 +105,10 @@ export class Reconciler {
   /**
    * One reconcile: decide from the cache; execute against the API server only when there is work;
    * say when to look again. Throws when a write failed. `podCreated` is called once the plan's pod
-   * exists (the worker may go on meanwhile); nothing is written once `signal` is aborted.
+   * exists (the worker may go on meanwhile); nothing is written once the context is stopped or
+   * past its deadline.
    */
-  async reconcile(key: string, signal: AbortSignal, podCreated: () => void): Promise<ReconcileResult> {
+  async reconcile(key: string, context: ReconcileContext, podCreated: () => void): Promise<ReconcileResult> {
     const run = this.written.currentRun(key, this.options.cachedRun(key));
     if (!run) return {};
     const [namespace, name] = key.split("/") as [string, string];
@@ -129,7 +130,7 @@ export class Reconciler {
       const status = (run.status ?? {}) as { attempt?: number };
       const log = this.options.log.child({ namespace, name, attempt: status.attempt, reconcileID: randomUUID() });
       try {
-        executed = await this.executor.execute(decision, log, podCreated, signal);
+        executed = await this.executor.execute(decision, log, podCreated, context);
       } catch (err) {
         // A write of a plan made from what this operator wrote may have been refused because it is
         // out of date: decide from the cache alone next time.

@@ -5,11 +5,12 @@ import type { Logger } from "pino";
 import { isConflict } from "../kube/client.ts";
 import { CONTROLLER, type Metrics } from "../metrics/metrics.ts";
 import type { WorkQueue } from "./queue.ts";
+import type { ReconcileContext } from "./executor.ts";
 import type { ReconcileResult } from "./reconciler.ts";
 import type { Wakeups } from "./wakeups.ts";
 
 /** One reconcile: `podCreated` says the worker may go on while the writes after a pod create finish. */
-export type Reconcile = (key: string, signal: AbortSignal, podCreated: () => void) => Promise<ReconcileResult>;
+export type Reconcile = (key: string, context: ReconcileContext, podCreated: () => void) => Promise<ReconcileResult>;
 
 export interface WorkerPoolOptions {
   concurrency: number;
@@ -105,9 +106,9 @@ export class WorkerPool {
     const timer = this.metrics.reconcileTime.startTimer({ controller: CONTROLLER });
     // Past its deadline a reconcile writes nothing more; one still running at the stuck limit
     // (an await that never returns) fails /healthz instead.
-    const signal = AbortSignal.any([this.stopped.signal, AbortSignal.timeout(Math.max(1, Math.floor(this.options.stuckReconcileMs / 2)))]);
+    const context = { signal: this.stopped.signal, deadline: Date.now() + Math.floor(this.options.stuckReconcileMs / 2) };
     try {
-      const result = await this.reconcile(key, signal, () => {
+      const result = await this.reconcile(key, context, () => {
         if (trailing || !mayHandOff()) return;
         // The worker is free again: what remains is a trailing write, not a worker's.
         trailing = true;

@@ -3,6 +3,11 @@
 // before the delete and never deletes behind a status write that failed; a refusal for content is
 // handed to the next decision, which stops the run for a person and deletes the pod behind that.
 import { describe, expect, it } from "vitest";
+import type { Logger } from "pino";
+import type { EventRecorder } from "../../../operator/controller/events.ts";
+import { Executor, ReconcileDeadlineExceeded, type ReconcileContext } from "../../../operator/controller/executor.ts";
+import { planRun } from "../../../operator/controller/plan-run.ts";
+import type { KubeClient } from "../../../operator/kube/client.ts";
 import { ApiWorld } from "./api-world.ts";
 
 const S = 1000;
@@ -111,5 +116,26 @@ describe("the executor", () => {
     expect(w.pods.size).toBe(1);
     expect(w.status.podUID).toBe(w.currentPod()!.metadata.uid);
     expect(w.violations).toEqual([]);
+  });
+
+  it("writes nothing once its reconcile is past its deadline or the operator stops", async () => {
+    const silent = { debug() {}, info() {}, warn() {}, error() {} } as unknown as Logger;
+    const attempt = async (context: ReconcileContext) => {
+      const w = await startedWorld();
+      w.advance(31 * S);
+      const { run, pods } = w.snapshot();
+      const decision = await planRun(run, pods, { now: () => w.now, inputs: () => ({ defaults: w.defaults }), podsComplete: true, listPods: async () => pods });
+      expect(decision.plan.deletePods).toHaveLength(1); // a kill was planned
+      const executor = new Executor(w.client as unknown as KubeClient, { record() {} } as unknown as EventRecorder, { clock: () => w.now });
+      const refused = await executor.execute(decision, silent, () => {}, context).then(() => undefined, (err: unknown) => err);
+      expect(w.requests).toEqual([]);
+      expect(w.deleted).toHaveLength(0);
+      return refused;
+    };
+    const live = new AbortController().signal;
+    expect(await attempt({ signal: live, deadline: Date.now() - 1 })).toBeInstanceOf(ReconcileDeadlineExceeded);
+    const stopping = new AbortController();
+    stopping.abort(new Error("the operator is stopping"));
+    expect(String(await attempt({ signal: stopping.signal, deadline: Date.now() + 60_000 }))).toContain("stopping");
   });
 });

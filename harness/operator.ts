@@ -4,10 +4,11 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { closeSync, openSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { isAlreadyExists, type Json, type KubeClient } from "../operator/kube/client.ts";
+import type { KubeClient } from "../operator/kube/client.ts";
 import type { RunHistory } from "../operator/ledger/read.ts";
 import { freePort } from "./free-port.ts";
 import { pollUntil } from "./cluster.ts";
+import { serviceAccountToken } from "./service-account.ts";
 import type { Run } from "./driver.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
@@ -73,27 +74,8 @@ export async function startOperator(options: { kubeconfig: string; namespace: st
  * permission is `get` on its AgentRuns. The operator serves a run's history only to a caller the
  * API server lets get that run, so this is what any reader of the history needs.
  */
-export async function historyReaderToken(client: KubeClient, namespace: string): Promise<string> {
-  const name = "demo-history-reader";
-  const rbac = `/apis/rbac.authorization.k8s.io/v1/namespaces/${namespace}`;
-  const ensure = (path: string, body: Json) => client.create(path, body).catch((err: unknown) => {
-    if (!isAlreadyExists(err)) throw err;
-  });
-  await ensure(`/api/v1/namespaces/${namespace}/serviceaccounts`, { apiVersion: "v1", kind: "ServiceAccount", metadata: { name } });
-  await ensure(`${rbac}/roles`, { apiVersion: "rbac.authorization.k8s.io/v1", kind: "Role", metadata: { name }, rules: [{ apiGroups: ["watchdog.dev"], resources: ["agentruns"], verbs: ["get"] }] });
-  await ensure(`${rbac}/rolebindings`, {
-    apiVersion: "rbac.authorization.k8s.io/v1",
-    kind: "RoleBinding",
-    metadata: { name },
-    roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name },
-    subjects: [{ kind: "ServiceAccount", name, namespace }],
-  });
-  const issued = await client.create<{ status: { token: string } }>(`/api/v1/namespaces/${namespace}/serviceaccounts/${name}/token`, {
-    apiVersion: "authentication.k8s.io/v1",
-    kind: "TokenRequest",
-    spec: { expirationSeconds: 3600 },
-  });
-  return issued.status.token;
+export function historyReaderToken(client: KubeClient, namespace: string): Promise<string> {
+  return serviceAccountToken(client, namespace, "demo-history-reader", [{ apiGroups: ["watchdog.dev"], resources: ["agentruns"], verbs: ["get"] }]);
 }
 
 /** A run's history as the operator's ledger serves it, once it has caught up with the run. */

@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { chromium, type Browser, type Page } from "playwright-core";
 import { paths, type Json, type KubeClient } from "../../operator/kube/client.ts";
+import { serviceAccountToken } from "../../harness/service-account.ts";
 import { waitFor } from "../support/wait.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
@@ -80,34 +81,16 @@ export async function accessibilityViolations(page: Page): Promise<{ id: string;
  */
 export async function readOnlyKubeconfig(client: KubeClient, namespace: string, adminKubeconfig: Json, file: string): Promise<string> {
   const name = "console-viewer";
-  await client.create(`/api/v1/namespaces/${namespace}/serviceaccounts`, { apiVersion: "v1", kind: "ServiceAccount", metadata: { name } });
-  await client.create(`/apis/rbac.authorization.k8s.io/v1/namespaces/${namespace}/roles`, {
-    apiVersion: "rbac.authorization.k8s.io/v1",
-    kind: "Role",
-    metadata: { name },
-    rules: [
-      { apiGroups: ["watchdog.dev"], resources: ["agentruns"], verbs: ["get", "list", "watch"] },
-      { apiGroups: ["events.k8s.io"], resources: ["events"], verbs: ["get", "list", "watch"] },
-    ],
-  });
-  await client.create(`/apis/rbac.authorization.k8s.io/v1/namespaces/${namespace}/rolebindings`, {
-    apiVersion: "rbac.authorization.k8s.io/v1",
-    kind: "RoleBinding",
-    metadata: { name },
-    roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name },
-    subjects: [{ kind: "ServiceAccount", name, namespace }],
-  });
-  const issued = await client.create<{ status: { token: string } }>(`/api/v1/namespaces/${namespace}/serviceaccounts/${name}/token`, {
-    apiVersion: "authentication.k8s.io/v1",
-    kind: "TokenRequest",
-    spec: { expirationSeconds: 3600 },
-  });
+  const token = await serviceAccountToken(client, namespace, name, [
+    { apiGroups: ["watchdog.dev"], resources: ["agentruns"], verbs: ["get", "list", "watch"] },
+    { apiGroups: ["events.k8s.io"], resources: ["events"], verbs: ["get", "list", "watch"] },
+  ]);
   const cluster = (adminKubeconfig.clusters as Json[])[0]!;
   const kubeconfig = {
     apiVersion: "v1",
     kind: "Config",
     clusters: [cluster],
-    users: [{ name: `system:serviceaccount:${namespace}:${name}`, user: { token: issued.status.token } }],
+    users: [{ name: `system:serviceaccount:${namespace}:${name}`, user: { token } }],
     contexts: [{ name: "viewer", context: { cluster: cluster.name, user: `system:serviceaccount:${namespace}:${name}`, namespace } }],
     "current-context": "viewer",
   };

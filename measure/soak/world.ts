@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { pino } from "pino";
 import { Outbox, serveOutbox } from "../../operator/example-agent/outbox.ts";
-import type { KubeClient } from "../../operator/kube/client.ts";
+import { paths, type KubeClient } from "../../operator/kube/client.ts";
 import { RESTRICTED_NAMESPACE, applyCrds, clientFor, exported, freshNamespace, pollUntil, runScript, scriptOk } from "../../harness/cluster.ts";
 import { nodeExpose, realNodeStateRoot, realNodeUp } from "../../harness/real-node.ts";
 import { EXAMPLE_ENV } from "../../harness/scenario.ts";
@@ -204,6 +204,10 @@ export async function soakWorld(options: WorldOptions): Promise<SoakWorld> {
   };
   async function tearDown(): Promise<void> {
     tearingDown = true;
+    // The namespace goes while the replicas still run: a run that had not ended (a soak that did
+    // not settle) carries the finalizer only the operator takes off once its sandbox is gone.
+    // Deleted after them, it stayed, and the next soak waited for it in vain.
+    const gone = await deleteNamespace(60_000);
     for (const replica of replicas.values()) {
       replica.signalledBySoak = true;
       if (replica.child.exitCode === null && replica.child.signalCode === null) {
@@ -215,10 +219,27 @@ export async function soakWorld(options: WorldOptions): Promise<SoakWorld> {
       }
     }
     for (const cleanup of cleanups.reverse()) await cleanup().catch(() => undefined);
+    if (gone) return;
+    // Not gone in time: every sandbox the soak started is stopped by now, so nothing the
+    // finalizer guards can still run. Take it off what is left, as a person cleaning up would.
     try {
-      await client.delete(`/api/v1/namespaces/${namespace}`);
+      const left = await client.get<{ items: { metadata: { name: string } }[] }>(paths.runs(namespace));
+      for (const run of left.items) {
+        await client.mergePatch(paths.run(namespace, run.metadata.name), { metadata: { finalizers: null } }).catch(() => undefined);
+      }
     } catch {
       // gone already, or the cluster is
+    }
+  }
+
+  /** Deletes the soak's namespace and waits up to `ms` for it to be gone; says whether it went. */
+  async function deleteNamespace(ms: number): Promise<boolean> {
+    try {
+      await client.delete(`/api/v1/namespaces/${namespace}`);
+      await pollUntil(`namespace ${namespace} deleted`, ms, () => client.get(`/api/v1/namespaces/${namespace}`).then(() => false, () => true));
+      return true;
+    } catch {
+      return false; // still there, or the cluster is gone
     }
   }
 }

@@ -29,6 +29,14 @@ const RECORDED: { file: string; defect?: string; counts: Partial<Record<Invarian
     says: [/pod r0-healthy-2-\S+ was killed as hung 2 s after a heartbeat \(timeout 60 s\)/, /r0-healthy: ended Completed \(Completed\), attempt 4, restarts 3/],
   },
   {
+    // A pod delete's answer, arriving after the watch's DELETED event, put the killed pod back in
+    // the cache: the run's next attempt waited for a pod that was gone, past its retry-after.
+    file: "resurrected-pod.json.gz",
+    defect: "resurrected-pod",
+    counts: { lostOrStuckRuns: 2 },
+    says: [/r25-hang-in-tool: ended Queued \(HeartbeatTimeout\), attempt 2, restarts 1/, /r25-hang-in-tool at \S+: Queued past its retry-after with no pod for more than 15 s while a replica led/],
+  },
+  {
     // No defect re-introduced: a soak with --skewed-steps 60 (seed 11) whose ledger lacks the first
     // two tool calls of a sandbox's third attempt, made while no replica led, just before
     // PostgreSQL was stopped: the defect the soak found (BUGS.md 21), recorded before its fix.

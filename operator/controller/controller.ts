@@ -22,8 +22,6 @@ import { trimPod, trimRun } from "./trim.ts";
 import { Wakeups } from "./wakeups.ts";
 import { WorkerPool } from "./workers.ts";
 
-export type { ReconcileResult, RunObserver } from "./reconciler.ts";
-
 export interface ControllerOptions {
   /** Namespaces to watch; empty means all. */
   namespaces: string[];

@@ -18,9 +18,10 @@ export interface PlanSources {
   inputs: (run: Json, pods: readonly Json[]) => Omit<DecideInput, "run" | "pods" | "now">;
   /**
    * Whether the pods given are known to show every pod of the run that may still run (the caches
-   * have caught up with the start of this replica's leadership: Controller.cacheCurrent).
+   * have caught up with the start of this replica's leadership: Controller.cacheCurrent). Asked
+   * only for a plan that creates a pod, never on a heartbeat's quiet decision.
    */
-  podsComplete: boolean;
+  podsComplete: () => boolean;
   /** Lists the run's pods live from the API server. */
   listPods: () => Promise<Json[]>;
 }
@@ -34,7 +35,7 @@ export async function planRun(run: Json, pods: Json[], sources: PlanSources): Pr
   let listed = false;
   for (;;) {
     const plan = decide({ run, pods, now: sources.now(), ...sources.inputs(run, pods) });
-    if (!plan.createPod || listed || sources.podsComplete) return { run, pods, plan };
+    if (!plan.createPod || listed || sources.podsComplete()) return { run, pods, plan };
     pods = await sources.listPods();
     listed = true;
   }

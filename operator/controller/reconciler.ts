@@ -119,7 +119,7 @@ export class Reconciler {
     const decision = await planRun(run, cachedPods, {
       now: () => this.client.clock.now(),
       inputs: (r, pods) => ({ defaults: this.options.defaults, sandbox: this.options.sandbox, ...this.inputs(key, r, pods) }),
-      podsComplete: this.options.cacheCurrent(),
+      podsComplete: this.options.cacheCurrent,
       listPods: () => this.client.get<{ items: Json[] }>(paths.pods(namespace), { labelSelector: `${LABELS.run}=${name}` }).then((list) => list.items),
     });
     const result: ReconcileResult = { wakeAt: decision.plan.wakeAt };

@@ -190,7 +190,7 @@ export class ApiWorld extends World {
       // What the controller's cache holds, or what a fresh read shows (then the pods are complete).
       const seen = cached ?? { run: await this.client.get(paths.run(NS, NAME)), pods: await listPods(), stale: false };
       // Only a cache known to hold every pod is trusted (Controller.cacheCurrent): never a stale one.
-      const podsComplete = cached ? this.trustCache && !cached.stale : true;
+      const podsComplete = () => (cached ? this.trustCache && !cached.stale : true);
       const decision = await planRun(seen.run, seen.pods, { now: () => this.now, inputs: () => inputs, podsComplete, listPods });
       const executed = await executor.execute(decision, silent);
       this.refused = undefined;

@@ -124,7 +124,7 @@ describe("the executor", () => {
       const w = await startedWorld();
       w.advance(31 * S);
       const { run, pods } = w.snapshot();
-      const decision = await planRun(run, pods, { now: () => w.now, inputs: () => ({ defaults: w.defaults }), podsComplete: true, listPods: async () => pods });
+      const decision = await planRun(run, pods, { now: () => w.now, inputs: () => ({ defaults: w.defaults }), podsComplete: () => true, listPods: async () => pods });
       expect(decision.plan.deletePods).toHaveLength(1); // a kill was planned
       const executor = new Executor(w.client as unknown as KubeClient, { record() {} } as unknown as EventRecorder, { clock: () => w.now });
       const refused = await executor.execute(decision, silent, () => {}, context).then(() => undefined, (err: unknown) => err);

@@ -11,7 +11,7 @@ function sources(w: ApiWorld, podsComplete: boolean, live: Json[]): PlanSources 
     lists: 0,
     now: () => w.now,
     inputs: () => ({ defaults: w.defaults }),
-    podsComplete,
+    podsComplete: () => podsComplete,
     listPods: async () => {
       s.lists++;
       return live;

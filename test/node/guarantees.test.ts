@@ -143,8 +143,10 @@ describe("1. confirmed before replaced, on a node cut off from the API server", 
         return r.status?.phase === "Queued" && r.status.lastFailure?.reason === "HeartbeatTimeout" ? r : undefined;
       }, { timeoutMs: 30_000 });
       expect(killed.status.terminating).toEqual([expect.objectContaining({ name: expect.stringMatching(/^hung-1-/), gracePeriodSeconds: 2 })]);
-      const [old] = await podsOf("hung");
-      expect(old.metadata.deletionTimestamp).toBeDefined();
+      // The status that names the pod terminating is written before the delete is asked for (so
+      // that an operator killed in between deletes it again): the pod shows it a moment later.
+      const old = await waitFor("the old pod terminating", async () => (await podsOf("hung")).find((p) => p.metadata.deletionTimestamp), { timeoutMs: 10_000 });
+      expect((await podsOf("hung")).map((p) => p.metadata.name)).toEqual([old.metadata.name]);
       expect(old.metadata.deletionGracePeriodSeconds).toBe(2);
       // The container runs on, retry-after passes, unconfirmedAfter passes: no second sandbox.
       const unconfirmed = await waitFor("SandboxUnconfirmed", async () => {

@@ -37,6 +37,9 @@ export async function startOperator(options: { kubeconfig: string; namespace: st
       `--metrics-bind-address=127.0.0.1:${metricsPort}`,
       `--health-probe-bind-address=127.0.0.1:${healthPort}`,
       "--log-level=info",
+      // The demo's sandboxes are local processes started by the sandbox runner, with its
+      // credentials: no pod-bound identity to make for them.
+      "--sandbox-service-account=none",
     ],
     // Its own process group: a Ctrl-C reaches the demo, which stops the operator in order.
     { env, stdio: ["ignore", fd, fd], detached: true },

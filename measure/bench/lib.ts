@@ -171,6 +171,9 @@ export async function startOperator(main: string, kubeconfig: string, namespaces
       `--metrics-bind-address=127.0.0.1:${metricsPort}`,
       `--health-probe-bind-address=127.0.0.1:${healthPort}`,
       "--log-level=warn",
+      // The benches measure the operator's own cost on kwok: no per-run identity (a bench that
+      // wants one passes the flag, which wins).
+      "--sandbox-service-account=none",
       ...args,
     ],
     { env: { ...process.env, KUBECONFIG: kubeconfig, POD_NAME: undefined }, stdio: ["ignore", "ignore", "inherit"] },

@@ -153,7 +153,8 @@ export async function soakWorld(options: WorldOptions): Promise<SoakWorld> {
         `--leader-election-id=${LEASE_NAME}`,
         `--metrics-bind-address=127.0.0.1:${metricsPort}`,
         `--health-probe-bind-address=127.0.0.1:${healthPort}`,
-        ...(options.node === "kubelet" ? ["--sandbox-service-account=run"] : []),
+        // Real pods get their own fenced identity; kwok's run nothing that would use one.
+        `--sandbox-service-account=${options.node === "kubelet" ? "run" : "none"}`,
         "--log-level=info",
       ],
       { env, stdio: ["ignore", fd, fd], detached: true },

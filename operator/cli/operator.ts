@@ -39,8 +39,8 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
   });
 
   if (options.sandboxServiceAccount === "none") {
-    // The chart's default is run; a local `npm start` keeps the template's own identity so that it
-    // needs no RBAC of its own. Said at every start, so nobody takes it for fenced.
+    // Chosen on purpose (the default is run, as in the chart). Said at every start, so that nobody
+    // takes it for fenced, and so that a sandbox that cannot report has its reason in the log.
     log.warn(
       { sandboxServiceAccount: "none" },
       "sandboxes run as their template's service account: the admission fencing does not apply to them unless its name ends in -sandbox; --sandbox-service-account=run gives each run its own fenced identity, as the chart does",

@@ -35,7 +35,7 @@ export const OperatorOptions = z.strictObject({
   defaultsFile: z.string().optional(),
   defaults: InstallDefaults.default({}),
   databaseUrl: z.string().url("must be a postgres:// URL").optional(),
-  sandboxServiceAccount: z.enum(["namespace", "run", "none"]).default("none"),
+  sandboxServiceAccount: z.enum(["namespace", "run", "none"]).default("run"),
   sandboxClusterRole: z.string().min(1).default("agent-watchdog-sandbox"),
   sandboxTokenExpiration: z
     .string()
@@ -77,7 +77,7 @@ export const USAGE = `Usage: agent-watchdog operator [flags]   (from a clone: np
                                    ps shows it, password and all, to every user of the machine
   --sandbox-service-account=MODE   namespace: one ServiceAccount per namespace bound to
                                    --sandbox-cluster-role; run: one per run, owned by it;
-                                   none: the template's own (default none)
+                                   none: the template's own, unfenced (default run, as the chart)
   --sandbox-cluster-role=NAME      ClusterRole for namespace sandboxes (default agent-watchdog-sandbox)
   --sandbox-token-expiration=DUR   lifetime of the sandbox's pod-bound token (default 1h)
 `;

@@ -32,6 +32,9 @@ export async function startOperator(namespace: string, args: string[] = [], env:
       `--metrics-bind-address=127.0.0.1:${metricsPort}`,
       `--health-probe-bind-address=127.0.0.1:${healthPort}`,
       "--log-level=debug",
+      // The template's own identity unless a test asks for another (kwok runs no sandbox that
+      // would report, and the fencing tests choose theirs).
+      "--sandbox-service-account=none",
       ...args,
     ],
     { env: { ...process.env, KUBECONFIG: kubeconfigPath(), POD_NAME: undefined, ...env }, stdio: ["ignore", "pipe", "pipe"] },

@@ -1,6 +1,6 @@
 // The operator's options: where the ledger's URL comes from. It carries the database password, so
 // it is taken from DATABASE_URL or a file, and the command line, which ps shows, is refused.
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -89,5 +89,20 @@ describe("secure serving options", () => {
     const message = "invalid options:\n  --tls-cert-file: --tls-cert-file and --tls-private-key-file go together: give both or neither";
     expect(optionsError(["--tls-cert-file=/tls/tls.crt"]).message).toBe(message);
     expect(optionsError(["--tls-private-key-file=/tls/tls.key"]).message).toBe(message);
+  });
+});
+
+describe("the sandbox identity", () => {
+  it("is a fenced identity of each run's own by default, as in the chart, so that a sandbox reports in a namespace without RBAC of its own", () => {
+    const chart = readFileSync(join(import.meta.dirname, "../../../charts/agent-watchdog/values.yaml"), "utf8");
+    expect(chart).toMatch(/^ {2}serviceAccount: run$/m);
+    expect(parseOptions([], {}).sandboxServiceAccount).toBe("run");
+    expect(USAGE).toMatch(/default run, as the chart/);
+  });
+
+  it("is the template's own only when asked, and the last flag given wins", () => {
+    expect(parseOptions(["--sandbox-service-account=none"], {}).sandboxServiceAccount).toBe("none");
+    expect(parseOptions(["--sandbox-service-account=none", "--sandbox-service-account=namespace"], {}).sandboxServiceAccount).toBe("namespace");
+    expect(optionsError(["--sandbox-service-account=pod"]).message).toMatch(/--sandbox-service-account/);
   });
 });

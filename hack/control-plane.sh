@@ -14,7 +14,8 @@
 #
 #   build [--all] [TOOL...]  build missing binaries into the cache (default:
 #                            etcd and the kube components; --all adds kwok,
-#                            helm, promtool and kubectl)
+#                            helm, promtool, prometheus, alertmanager, kubectl
+#                            and the kubelet)
 #   up [--nodes|--kubelet]   start the control plane (idempotent); --nodes (or
 #                            CONTROL_PLANE_NODES=1) adds kube-scheduler, kwok
 #                            and one fake node, for scale; --kubelet adds
@@ -35,7 +36,8 @@
 #                            PostgreSQL, say); prints `export NODE_HOST_ADDRESS=...`
 #   bin TOOL                 print the path of a tool binary, building it if
 #                            needed (etcd, kube-apiserver, kube-controller-manager,
-#                            kube-scheduler, kwok, helm, promtool, kubectl, kubelet)
+#                            kube-scheduler, kwok, helm, promtool, prometheus,
+#                            alertmanager, kubectl, kubelet)
 #
 # Stdout carries only results meant for `eval` or `$(...)`; everything else
 # goes to stderr.
@@ -85,7 +87,7 @@ NODE_COMPONENTS=(kube-scheduler kwok)
 source "$HACK_DIR/lib/node.sh"
 
 DEFAULT_TOOLS=(etcd kube-apiserver kube-controller-manager kube-scheduler)
-ALL_TOOLS=("${DEFAULT_TOOLS[@]}" kwok helm promtool kubectl kubelet)
+ALL_TOOLS=("${DEFAULT_TOOLS[@]}" kwok helm promtool prometheus alertmanager kubectl kubelet)
 
 # ---------------------------------------------------------------------------
 # Tool versions and build recipes. The versions come from the wrapper modules'
@@ -138,17 +140,23 @@ tool_recipe() {
 		TOOL_VERSION="$(gomod_version helm helm.sh/helm/v3)"
 		TOOL_CACHE_KEY="helm-$TOOL_VERSION"
 		;;
-	promtool)
+	promtool | prometheus)
 		# Prometheus publishes release X.Y.Z as Go module v0.X0Y.Z
 		# (3.16.0 is v0.316.0); the cache key and --version use the release.
 		local module_version minor
-		module_version="$(gomod_version promtool github.com/prometheus/prometheus)"
+		module_version="$(gomod_version prometheus github.com/prometheus/prometheus)"
 		minor="${module_version#v0.}"
 		minor="${minor%%.*}"
-		TOOL_MODULE_DIR=promtool
-		TOOL_PACKAGE=github.com/prometheus/prometheus/cmd/promtool
+		TOOL_MODULE_DIR=prometheus
+		TOOL_PACKAGE="github.com/prometheus/prometheus/cmd/$tool"
 		TOOL_VERSION="v$((10#$minor / 100)).$((10#$minor % 100)).${module_version##*.}"
-		TOOL_CACHE_KEY="promtool-$TOOL_VERSION"
+		TOOL_CACHE_KEY="$tool-$TOOL_VERSION"
+		;;
+	alertmanager)
+		TOOL_MODULE_DIR=alertmanager
+		TOOL_PACKAGE=github.com/prometheus/alertmanager/cmd/alertmanager
+		TOOL_VERSION="$(gomod_version alertmanager github.com/prometheus/alertmanager)"
+		TOOL_CACHE_KEY="alertmanager-$TOOL_VERSION"
 		;;
 	*)
 		aw_die "unknown tool '$tool' (known: ${ALL_TOOLS[*]})"
@@ -208,14 +216,15 @@ tool_ldflags() {
 			-X "helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$k8s_minor"
 		)
 		;;
-	promtool)
-		local pkg=github.com/prometheus/common/version module_version
-		module_version="$(gomod_version promtool github.com/prometheus/prometheus)"
+	promtool | prometheus | alertmanager)
+		local pkg=github.com/prometheus/common/version module=github.com/prometheus/$tool module_version
+		[[ "$tool" == promtool ]] && module=github.com/prometheus/prometheus
+		module_version="$(gomod_version "$TOOL_MODULE_DIR" "$module")"
 		TOOL_LDFLAGS+=(
 			-X "$pkg.Version=${TOOL_VERSION#v}"
 			-X "$pkg.Branch=HEAD"
 			-X "$pkg.BuildUser=agent-watchdog"
-			-X "$pkg.BuildDate=$(module_date promtool github.com/prometheus/prometheus "$module_version" 20060102-15:04:05 19700101-00:00:00)"
+			-X "$pkg.BuildDate=$(module_date "$TOOL_MODULE_DIR" "$module" "$module_version" 20060102-15:04:05 19700101-00:00:00)"
 		)
 		;;
 	esac
@@ -277,6 +286,28 @@ trap on_exit EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# Alertmanager's ui package embeds ui/app/dist, web assets that its release process builds with
+# npm and that its published module does not hold. It is built from a copy of the module in $1
+# whose dist holds only a note (the web UI's paths answer 404; the API, the routing and the
+# notifications are the module's own), through a modfile that points the module at that copy.
+# Prints the modfile's path.
+alertmanager_modfile() {
+	local dir=$1 module_dir sub
+	module_dir="$(cd "$TOOLS_DIR/alertmanager" && go mod download -json github.com/prometheus/alertmanager |
+		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+	[[ -d "$module_dir" ]] || aw_die "could not locate the github.com/prometheus/alertmanager module"
+	cp -R "$module_dir" "$dir/alertmanager-module"
+	chmod -R u+w "$dir/alertmanager-module"
+	for sub in elm mantine; do
+		mkdir -p "$dir/alertmanager-module/ui/app/dist/$sub"
+		printf 'web UI not built\n' >"$dir/alertmanager-module/ui/app/dist/$sub/README.txt"
+	done
+	cp "$TOOLS_DIR/alertmanager/go.mod" "$dir/build.mod"
+	cp "$TOOLS_DIR/alertmanager/go.sum" "$dir/build.sum"
+	printf '\nreplace github.com/prometheus/alertmanager => %s\n' "$dir/alertmanager-module" >>"$dir/build.mod"
+	printf '%s\n' "$dir/build.mod"
+}
+
 # Builds tool $1 into the cache unless it is there already.
 build_tool() {
 	local tool=$1 final tmp start
@@ -303,13 +334,15 @@ build_tool() {
 	BUILD_TMP_DIRS+=("$tmp")
 	tool_recipe "$tool"
 	tool_ldflags "$tool"
+	local modfile=()
+	[[ "$tool" == alertmanager ]] && modfile=(-modfile "$(alertmanager_modfile "$tmp")")
 	aw_log "building $tool ($TOOL_CACHE_KEY) from hack/tools/$TOOL_MODULE_DIR"
 	[[ "$TOOL_MODULE_DIR" == kube ]] &&
 		aw_log "a cold build of a Kubernetes component takes about 10 minutes on 2 cores; later ones reuse most of it"
 	start="$(aw_now_ms)"
 	(
 		cd "$TOOLS_DIR/$TOOL_MODULE_DIR"
-		CGO_ENABLED=0 go build -mod=readonly -buildvcs=false -trimpath \
+		CGO_ENABLED=0 go build -mod=readonly -buildvcs=false -trimpath "${modfile[@]}" \
 			-ldflags "${TOOL_LDFLAGS[*]}" -o "$tmp/$tool" "$TOOL_PACKAGE"
 	) >&2 || aw_die "building $tool failed"
 	mkdir -p "$(dirname "$final")"

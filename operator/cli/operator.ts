@@ -94,6 +94,8 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
     for (const [phase, count] of Object.entries(census.phases)) metrics.runs.set({ phase }, count);
     metrics.staleHeartbeats.set(census.staleHeartbeats);
     metrics.unconfirmedSandboxes.set(census.unconfirmed);
+    metrics.runWaitingForPerson.reset();
+    for (const { namespace, name, reason } of census.waitingForPerson) metrics.runWaitingForPerson.set({ namespace, agentrun: name, reason }, 1);
     metrics.workqueueLongestRunning.set({ name: "agentrun", controller: "agentrun" }, controller.queue.longestRunningMs() / 1000);
     for (const informer of controller.informers) {
       const name = informer.options.name;

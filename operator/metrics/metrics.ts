@@ -112,6 +112,14 @@ export class Metrics {
     labelNames: ["phase"] as const,
     registers: [this.registry],
   });
+  // One series per run waiting for a person, so that the alert names the run and resolves when it
+  // is resumed or deleted. Bounded by the runs that wait for a person, which people clear.
+  readonly runWaitingForPerson = new Gauge({
+    name: "watchdog_agentrun_needs_human_intervention",
+    help: "1 for each AgentRun in NeedsHumanIntervention (namespace and agentrun name it, reason is its condition's), as the operator's cache sees them",
+    labelNames: ["namespace", "agentrun", "reason"] as const,
+    registers: [this.registry],
+  });
   readonly staleHeartbeats = new Gauge({
     name: "watchdog_stale_heartbeats",
     help: "Active AgentRuns whose last heartbeat is older than half their heartbeat timeout",

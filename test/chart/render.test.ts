@@ -255,7 +255,8 @@ describe("helm template with every feature on", () => {
     const monitor = find(objects, "ServiceMonitor");
     expect(monitor.metadata.labels.release).toBe("prometheus");
     expect(find(objects, "Service").metadata.labels).toMatchObject(monitor.spec.selector.matchLabels);
-    expect(monitor.spec.endpoints).toEqual([expect.objectContaining({ port: "metrics", path: "/metrics" })]);
+    // honorLabels: the `namespace` of the spending series and of a run waiting for a person is the run's.
+    expect(monitor.spec.endpoints).toEqual([expect.objectContaining({ port: "metrics", path: "/metrics", honorLabels: true })]);
     expect(monitor.spec.namespaceSelector).toEqual({ matchNames: [NS] });
     // The alerts select job=~".*agent-watchdog.*"; the job comes from this Service label.
     expect(find(objects, "Service").metadata.labels[monitor.spec.jobLabel]).toBe("agent-watchdog");

@@ -357,7 +357,7 @@ describe("alert rules", () => {
   it("cover the required conditions", () => {
     const exprs = alerts.map((a) => a.expr).join("\n");
     for (const needle of [
-      "watchdog_needs_human_intervention_total",
+      "watchdog_agentrun_needs_human_intervention",
       'watchdog_agentruns{phase="NeedsHumanIntervention"}',
       "watchdog_hung_sandboxes_killed_total",
       "leader_election_master_status",
@@ -541,6 +541,9 @@ describe("metrics used by the alerts and the dashboard", () => {
     expect(metricsText).toContain(`watchdog_tokens_total{namespace="${ns}",type="input"} 1200`);
     expect(metricsText).toContain(`watchdog_tokens_total{namespace="${ns}",type="output"} 300`);
     expect(metricsText).toContain(`watchdog_tool_calls_total{namespace="${ns}"} 2`);
+    // The run that needs a person, by name, for the alert that says which run.
+    expect(metricsText).toContain(`watchdog_agentrun_needs_human_intervention{namespace="${ns}",agentrun="hangs",reason="RecoveryBudgetExhausted"} 1`);
+    expect(metricsText).not.toMatch(/watchdog_agentrun_needs_human_intervention\{[^}]*agentrun="spends"/);
   });
 
   it("are all exposed by the operator's /metrics", () => {

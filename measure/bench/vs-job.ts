@@ -16,6 +16,7 @@
 //   when the API server is the bottleneck.
 //
 // Usage: npm run bench:vs-job -- [--runs 200] [--rounds 2] [--deadline 20s] [--concurrency N]
+//        [--sandbox-service-account none|namespace|run]
 import { parseArgs } from "node:util";
 import { parseDuration } from "../../operator/api/duration.ts";
 import { LABELS } from "../../operator/api/annotations.ts";
@@ -43,6 +44,7 @@ import {
 } from "./lib.ts";
 
 const HELP = `usage: npm run bench:vs-job -- [--runs 200] [--rounds 2] [--deadline 20s] [--concurrency N]
+                                   [--sandbox-service-account MODE]
 
   --runs N        objects of each kind per round (default 200)
   --rounds N      rounds; each creates a batch of Jobs and one of AgentRuns, alternating which
@@ -50,6 +52,9 @@ const HELP = `usage: npm run bench:vs-job -- [--runs 200] [--rounds 2] [--deadli
   --deadline D    Jobs' activeDeadlineSeconds and runs' heartbeatTimeout (default 20s); it must
                   be longer than a batch takes to start
   --concurrency N the operator's --concurrency (default: its own default)
+  --sandbox-service-account MODE
+                  the operator's sandbox identity (default none: the operator's own cost; run,
+                  the chart's default, adds a ServiceAccount, a Role and a RoleBinding per run)
   --from-sources  run the operator from its TypeScript sources, not as the image runs it
 
 Needs the local control plane with a kwok node (started if it is not running). Prints a table and
@@ -62,6 +67,7 @@ const { values } = parseArgs({
     rounds: { type: "string", default: "2" },
     deadline: { type: "string", default: "20s" },
     concurrency: { type: "string" },
+    "sandbox-service-account": { type: "string", default: "none" },
     ...FROM_SOURCES_OPTION,
     help: { type: "boolean", default: false },
   },
@@ -267,7 +273,8 @@ async function main(): Promise<void> {
   const client = clientFor(kubeconfig);
   const audit = new AuditLog(kubeconfig);
   const ns = await freshNamespace(client, "bench-vs-job", "bench:vs-job");
-  const operator = await startOperator(operatorMain(values["from-sources"]), await operatorKubeconfig(client, kubeconfig), [ns], values.concurrency ? [`--concurrency=${values.concurrency}`] : []);
+  const operatorArgs = [...(values.concurrency ? [`--concurrency=${values.concurrency}`] : []), `--sandbox-service-account=${values["sandbox-service-account"]}`];
+  const operator = await startOperator(operatorMain(values["from-sources"]), await operatorKubeconfig(client, kubeconfig), [ns], operatorArgs);
   const server = { apiserver: componentPid(kubeconfig, "kube-apiserver"), etcd: componentPid(kubeconfig, "etcd") };
   const pids: Pids = { Job: { ...server, controller: componentPid(kubeconfig, "kube-controller-manager") }, AgentRun: { ...server, controller: operator.child.pid } };
   const observer = new Observer(client, ns);
@@ -299,7 +306,7 @@ async function main(): Promise<void> {
   const dist = (d: { p50: number; p99: number }) => `${d.p50} / ${d.p99}`;
   process.stdout.write(
     [
-      `${N} objects of each kind a round, ${ROUNDS} rounds, deadline ${values.deadline}`,
+      `${N} objects of each kind a round, ${ROUNDS} rounds, deadline ${values.deadline}, sandbox identity ${values["sandbox-service-account"]}`,
       row("", "Job", "AgentRun", 0).replace(/0$/, "ratio"),
       row("create to pod ms (p50 / p99)", dist(job.createToPodMs), dist(run.createToPodMs), ratios.createToPodP50),
       row("pods a second (slowest round)", job.podsPerSecond, run.podsPerSecond, ratios.throughput),

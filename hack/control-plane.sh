@@ -110,6 +110,15 @@ gomod_version() {
 	aw_die "no version of $module in hack/tools/$dir/go.mod"
 }
 
+# The recipe of tool $1 whose version is that of module $4, required by hack/tools/$2, with main
+# package $3.
+module_recipe() {
+	TOOL_MODULE_DIR=$2
+	TOOL_PACKAGE=$3
+	TOOL_VERSION="$(gomod_version "$2" "$4")"
+	TOOL_CACHE_KEY="$1-$TOOL_VERSION"
+}
+
 # Sets TOOL_MODULE_DIR, TOOL_PACKAGE, TOOL_VERSION and TOOL_CACHE_KEY for tool
 # $1. Cheap (no Go needed), because warm starts call it for every binary.
 tool_recipe() {
@@ -128,18 +137,8 @@ tool_recipe() {
 		TOOL_VERSION="$(gomod_version kube k8s.io/kubernetes)"
 		TOOL_CACHE_KEY="kubernetes-$TOOL_VERSION"
 		;;
-	kwok)
-		TOOL_MODULE_DIR=kwok
-		TOOL_PACKAGE=sigs.k8s.io/kwok/cmd/kwok
-		TOOL_VERSION="$(gomod_version kwok sigs.k8s.io/kwok)"
-		TOOL_CACHE_KEY="kwok-$TOOL_VERSION"
-		;;
-	helm)
-		TOOL_MODULE_DIR=helm
-		TOOL_PACKAGE=helm.sh/helm/v3/cmd/helm
-		TOOL_VERSION="$(gomod_version helm helm.sh/helm/v3)"
-		TOOL_CACHE_KEY="helm-$TOOL_VERSION"
-		;;
+	kwok) module_recipe "$tool" kwok sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok ;;
+	helm) module_recipe "$tool" helm helm.sh/helm/v3/cmd/helm helm.sh/helm/v3 ;;
 	promtool | prometheus)
 		# Prometheus publishes release X.Y.Z as Go module v0.X0Y.Z
 		# (3.16.0 is v0.316.0); the cache key and --version use the release.
@@ -152,12 +151,7 @@ tool_recipe() {
 		TOOL_VERSION="v$((10#$minor / 100)).$((10#$minor % 100)).${module_version##*.}"
 		TOOL_CACHE_KEY="$tool-$TOOL_VERSION"
 		;;
-	alertmanager)
-		TOOL_MODULE_DIR=alertmanager
-		TOOL_PACKAGE=github.com/prometheus/alertmanager/cmd/alertmanager
-		TOOL_VERSION="$(gomod_version alertmanager github.com/prometheus/alertmanager)"
-		TOOL_CACHE_KEY="alertmanager-$TOOL_VERSION"
-		;;
+	alertmanager) module_recipe "$tool" alertmanager github.com/prometheus/alertmanager/cmd/alertmanager github.com/prometheus/alertmanager ;;
 	*)
 		aw_die "unknown tool '$tool' (known: ${ALL_TOOLS[*]})"
 		;;

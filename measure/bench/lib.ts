@@ -30,6 +30,21 @@ export async function pool<T, R>(items: readonly T[], limit: number, fn: (item: 
   return results;
 }
 
+/**
+ * Keeps a watch going until `stopped()`: however it ends (an error, or the server closing it), it
+ * starts again, a second later if it cannot start. A watch with no resourceVersion begins with
+ * every object there is, so only what came and went in between is missed. (A clean end was not
+ * restarted before; one run of bench:vs-job waited five minutes for pods the operator had made
+ * and killed, and failed.)
+ */
+export async function keepWatching(watch: (onEnd: () => void) => Promise<AbortController>, stopped: () => boolean, onStart: (abort: AbortController) => void): Promise<void> {
+  const again = (): void => {
+    if (stopped()) return;
+    watch(again).then(onStart, () => setTimeout(again, 1000));
+  };
+  onStart(await watch(again));
+}
+
 export async function until(description: string, probe: () => boolean | Promise<boolean>, timeoutMs = 300_000, everyMs = 200): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await probe())) {

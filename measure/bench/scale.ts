@@ -19,6 +19,7 @@ import {
   clientFor,
   controlPlaneUp,
   freshNamespace,
+  keepWatching,
   histogram,
   log as logAs,
   operatorWrites,
@@ -84,7 +85,7 @@ class PodCensus {
     this.ns = ns;
   }
   async start(): Promise<void> {
-    this.abort = await this.client.watch(
+    await keepWatching((onEnd) => this.client.watch(
       paths.pods(this.ns),
       {},
       (type, pod) => {
@@ -95,9 +96,9 @@ class PodCensus {
         if (type !== "DELETED" && !meta.deletionTimestamp && phase === "Running") this.running.add(run);
         else this.running.delete(run);
       },
-      (err) => void (err && !this.closed && this.start()),
+      onEnd,
       600_000,
-    );
+    ), () => this.closed, (abort) => (this.abort = abort));
   }
   stop(): void {
     this.closed = true;

@@ -30,6 +30,7 @@ import {
   controlPlaneUp,
   freshNamespace,
   JOB_CONTROLLER_USER,
+  keepWatching,
   log as logAs,
   OPERATOR_USER,
   operatorKubeconfig,
@@ -121,11 +122,9 @@ class Observer {
   }
 
   async start(): Promise<void> {
-    const watchPods = () =>
-      this.client.watch(paths.pods(this.ns), {}, (type, pod) => this.onPod(type, pod), (err) => void (err && !this.closed && watchPods().then((a) => this.aborts.push(a))), 600_000);
-    const watchJobs = () =>
-      this.client.watch(`/apis/batch/v1/namespaces/${this.ns}/jobs`, {}, (_type, job) => this.onJob(job), (err) => void (err && !this.closed && watchJobs().then((a) => this.aborts.push(a))), 600_000);
-    this.aborts.push(await watchPods(), await watchJobs());
+    const keep = (abort: AbortController) => this.aborts.push(abort);
+    await keepWatching((onEnd) => this.client.watch(paths.pods(this.ns), {}, (type, pod) => this.onPod(type, pod), onEnd, 600_000), () => this.closed, keep);
+    await keepWatching((onEnd) => this.client.watch(`/apis/batch/v1/namespaces/${this.ns}/jobs`, {}, (_type, job) => this.onJob(job), onEnd, 600_000), () => this.closed, keep);
   }
 
   private closed = false;

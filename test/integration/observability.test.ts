@@ -439,6 +439,7 @@ describe("dashboard", () => {
     expect(actions).toContain("by (reason)");
     expect(uses("Detection latency")).toMatch(/histogram_quantile\(0\.5,[\s\S]*histogram_quantile\(0\.99,/);
     expect(uses("Runs needing a person")).toContain('phase="NeedsHumanIntervention"');
+    expect(uses("Runs waiting for a person")).toMatch(/max by \(namespace, agentrun, reason\) \(label_replace\(watchdog_agentrun_needs_human_intervention/);
     expect(uses("Reconciles per second")).toContain("controller_runtime_reconcile_total");
     expect(uses("Reconcile duration")).toContain("controller_runtime_reconcile_time_seconds_bucket");
     expect(uses("Work queue depth")).toContain("workqueue_depth");

@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { Client } from "pg";
 import { parseDuration } from "../operator/api/duration.ts";
-import { paths, type Json } from "../operator/kube/client.ts";
+import { isAlreadyExists, paths, type Json } from "../operator/kube/client.ts";
 import { emailsByRun } from "../harness/judge.ts";
 import { FINAL_PHASES } from "../harness/driver.ts";
 import { APPROVAL_ANSWER, manifestFor, type Behaviour } from "../harness/scenario.ts";
@@ -286,6 +286,9 @@ async function soakOnce({ runs, durationMs, settleMs, node, seed, namespace, rei
             await world.client.create(paths.runs(namespace), manifest(world, run, skewedSteps));
             break;
           } catch (err) {
+            // An earlier try whose answer was lost may have created it: the plan's names are unique,
+            // so the run that exists is this one.
+            if (i > 0 && isAlreadyExists(err)) break;
             // the API server may be restarting: a user would apply again
             if (i > 60) throw err;
             await sleep(1000);
@@ -293,6 +296,8 @@ async function soakOnce({ runs, durationMs, settleMs, node, seed, namespace, rei
         }
       }
     })();
+    // Awaited only after the faults; until then a failure must not end the process unrecorded.
+    creating.catch(() => undefined);
     const ctx: FaultContext = { world, observer, rand, log, killable };
     const running: Promise<void>[] = [];
     for (const fault of schedule(durationMs, node, rand)) {

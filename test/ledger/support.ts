@@ -65,7 +65,17 @@ export async function createDatabase(baseUrl: string, testFile: string): Promise
       const client = new Client({ connectionString: baseUrl });
       await client.connect();
       try {
-        await client.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+        // FORCE ends the database's connections, but a role that is not a superuser may not end
+        // an autovacuum worker's (42501): that one finishes on its own, so the drop is tried again.
+        for (let tries = 1; ; tries++) {
+          try {
+            await client.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+            return;
+          } catch (err) {
+            if ((err as { code?: string }).code !== "42501" || tries >= 50) throw err;
+            await new Promise((resolve) => setTimeout(resolve, 200));
+          }
+        }
       } finally {
         await client.end();
       }

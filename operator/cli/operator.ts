@@ -8,12 +8,14 @@ import { LEADER_DEFAULTS, LeaderElector } from "../controller/leader.ts";
 import { Runnables } from "../controller/runnables.ts";
 import { KubeClient } from "../kube/client.ts";
 import { Ledger } from "../ledger/ledger.ts";
-import { historyRoute } from "../ledger/serve.ts";
+import { historyPathRoute, historyReads } from "../ledger/serve.ts";
+import { historyApiRoute } from "../ledger/history-api.ts";
+import { readFrontProxyTrust } from "../metrics/front-proxy.ts";
 import { createLogger } from "../log.ts";
 import { KubernetesAccess } from "../metrics/access.ts";
 import { Metrics } from "../metrics/metrics.ts";
 import { SpendingMetrics } from "../metrics/spending.ts";
-import { guarded, listen, probe, type Route } from "../metrics/server.ts";
+import { guarded, listen, probe, type Route, type TlsFiles } from "../metrics/server.ts";
 import { OptionsError, parseOptions, type OperatorOptions } from "./options.ts";
 
 /**
@@ -117,14 +119,26 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
   // SubjectAccessReview for the request. The history always goes through it; /metrics when
   // --metrics-secure is set (then a scraper needs `get` on the non-resource URL /metrics).
   const access = new KubernetesAccess(client);
-  const tls = options.tlsCertFile && options.tlsPrivateKeyFile ? { certFile: options.tlsCertFile, keyFile: options.tlsPrivateKeyFile } : undefined;
+  let tls: TlsFiles | undefined = options.tlsCertFile && options.tlsPrivateKeyFile ? { certFile: options.tlsCertFile, keyFile: options.tlsPrivateKeyFile } : undefined;
+  // Over HTTPS the history is also an aggregated API, reached through the API server: requests
+  // it proxies carry its front-proxy certificate and name the user it authenticated.
+  if (tls) {
+    const { trust, problem } = await readFrontProxyTrust(client);
+    if (trust) {
+      access.frontProxy = trust;
+      tls = { ...tls, clientCa: trust.clientCa };
+    } else log.warn({ problem }, "the history is served to bearer tokens only: requests the API server proxies cannot be told from others");
+  }
+  const readHistory = historyReads(ledger, access);
   servers.push(
     await listen(
       options.metricsBindAddress,
       [
         options.metricsSecure ? guarded(access, "/metrics", { nonResource: { verb: "get", path: "/metrics" } }, serveMetrics) : serveMetrics,
         // The run history: GET /history/<namespace>/<name>, for a caller who may get that run.
-        historyRoute(ledger, access),
+        historyPathRoute(readHistory),
+        // The same history through the API server: GET /apis/history.watchdog.dev/v1alpha1/...
+        historyApiRoute(readHistory),
       ],
       tls,
     ),

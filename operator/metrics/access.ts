@@ -10,6 +10,10 @@
 import { createHash } from "node:crypto";
 import type { IncomingMessage } from "node:http";
 import type { KubeClient } from "../kube/client.ts";
+import { frontProxyCaller, type FrontProxyTrust } from "./front-proxy.ts";
+
+/** What of a request decides who sent it: its headers, and the connection it came on. */
+export type AccessRequest = Pick<IncomingMessage, "headers"> & Partial<Pick<IncomingMessage, "socket">>;
 
 export interface Caller {
   username: string;
@@ -74,6 +78,8 @@ export class KubernetesAccess {
   private readonly options: AccessOptions;
   private readonly client: Pick<KubeClient, "create">;
   private readonly now: () => number;
+  /** When set, a request the API server proxies (an aggregated API's) is from the user it names. */
+  frontProxy: FrontProxyTrust | undefined;
 
   constructor(client: Pick<KubeClient, "create">, options: Partial<AccessOptions> = {}, now: () => number = Date.now) {
     this.client = client;
@@ -83,12 +89,18 @@ export class KubernetesAccess {
     this.decisions = new ExpiringCache(this.options.maxEntries);
   }
 
-  /** Authenticates the request, then asks whether the caller may do what `attributes` say. */
-  async check(req: Pick<IncomingMessage, "headers">, attributes: AccessAttributes): Promise<AccessDecision> {
-    const token = bearerToken(req);
-    if (!token) return { allowed: false, code: 401, reason: "a bearer token is required (Authorization: Bearer ...)" };
-    const caller = await this.authenticate(token);
-    if (!caller) return { allowed: false, code: 401, reason: "the token was not accepted by the API server" };
+  /**
+   * Authenticates the request (the user the API server vouches for as front proxy, else the
+   * bearer token's), then asks whether the caller may do what `attributes` say.
+   */
+  async check(req: AccessRequest, attributes: AccessAttributes): Promise<AccessDecision> {
+    let caller = this.frontProxy ? frontProxyCaller(req, this.frontProxy) : undefined;
+    if (!caller) {
+      const token = bearerToken(req);
+      if (!token) return { allowed: false, code: 401, reason: "a bearer token is required (Authorization: Bearer ...)" };
+      caller = await this.authenticate(token);
+      if (!caller) return { allowed: false, code: 401, reason: "the token was not accepted by the API server" };
+    }
     const decision = await this.authorize(caller, attributes);
     if (!decision.allowed) return { allowed: false, code: 403, reason: `${caller.username} may not ${describe(attributes)}${decision.reason ? `: ${decision.reason}` : ""}` };
     return { allowed: true, caller };

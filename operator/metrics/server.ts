@@ -22,6 +22,12 @@ export function parseBindAddress(address: string): { host: string; port: number 
 export interface TlsFiles {
   certFile: string;
   keyFile: string;
+  /**
+   * PEM of a CA whose client certificates are asked for and checked (the API server's
+   * front-proxy CA). A connection without one is still served; routes see whether it had one
+   * in `socket.authorized`.
+   */
+  clientCa?: string;
 }
 
 const CERT_RELOAD_INTERVAL_MS = 30_000;
@@ -48,8 +54,9 @@ export function listen(address: string, routes: Route[], tls?: TlsFiles): Promis
   };
   let server: Server;
   if (tls) {
-    const read = () => ({ cert: readFileSync(tls.certFile), key: readFileSync(tls.keyFile) });
-    const secure = createHttpsServer({ ...read(), minVersion: "TLSv1.2" }, handler);
+    const read = () => ({ cert: readFileSync(tls.certFile), key: readFileSync(tls.keyFile), ...(tls.clientCa ? { ca: tls.clientCa } : {}) });
+    const clientCerts = tls.clientCa ? { requestCert: true, rejectUnauthorized: false } : {};
+    const secure = createHttpsServer({ ...read(), ...clientCerts, minVersion: "TLSv1.2" }, handler);
     const reload = () => {
       try {
         secure.setSecureContext({ ...read(), minVersion: "TLSv1.2" });

@@ -214,7 +214,7 @@ describe("kubectl agentrun against a real cluster and operator", () => {
       /^ {2}Backoff: +5m, x2 per retry, at most 10m$/m,
       /^ {2}BackingOff +True +HeartbeatTimeout +\d+s +no heartbeat for/m,
       /^Last failure:\n {2}Reason: +HeartbeatTimeout\n {2}Time: .*\n {2}Attempt: +1, while ExecutingTool\n/m,
-      /^Timeline \(status.transitions and Events; the full history needs the ledger: set DATABASE_URL or pass --database-url-file\):$/m,
+      /^Timeline \(status.transitions and Events; the full history needs the ledger: this cluster serves no history.watchdog.dev API, so set DATABASE_URL or pass --database-url-file\):$/m,
       /^ {2}\S+ {2}phase {2}Queued {2}\(attempt 1\) {2}Created/m,
       /^ {2}\S+ {2}phase {2}Starting -> ExecutingTool {2}\(attempt 1\)$/m,
       /^ {2}\S+ {2}phase {2}ExecutingTool -> Queued {2}\(attempt 2\) {2}HeartbeatTimeout: no heartbeat/m,
@@ -342,7 +342,7 @@ describe("kubectl agentrun against a real cluster and operator", () => {
     const lines = out.split("\n");
     expect(lines[0]).toBe(`AgentRun ${ns}/short  (uid ${done.metadata.uid})`);
     expect(lines[1]).toBe(
-      `Only what the cluster still holds: the latest ${done.status.transitions.length} status.transitions (status keeps at most 20) and the run's Events (the API server expires them); the full history needs the ledger: set DATABASE_URL or pass --database-url-file.`,
+      `Only what the cluster still holds: the latest ${done.status.transitions.length} status.transitions (status keeps at most 20) and the run's Events (the API server expires them); the full history needs the ledger: this cluster serves no history.watchdog.dev API, so set DATABASE_URL or pass --database-url-file.`,
     );
     expect(out).toMatch(/^\S+ {2}phase {2}Queued -> Starting {2}\(attempt 1\)$/m);
     expect(out).toMatch(/^\S+ {2}phase {2}Planning -> Completed {2}\(attempt 1\) {2}Completed: the agent container of sandbox pod short-1-\w+ exited 0$/m);

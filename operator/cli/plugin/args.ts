@@ -119,9 +119,11 @@ ${LEDGER_HELP}`,
     outputs: ["table", "json"],
     usage: `Usage: kubectl agentrun history RUN [--database-url-file FILE] [-o json]
 
-Prints the run's full history from the ledger (every phase transition and tool call) when a ledger
-is given; the ledger also keeps the history of deleted runs. Without one, prints what the cluster
-still holds: the latest status.transitions and the run's Events.
+Prints the run's full history from the ledger (every phase transition and tool call): read from
+the ledger URL when one is given, else through the API server with your own credentials (the
+operator's history.watchdog.dev API, which the chart installs). The ledger also keeps the history
+of deleted runs. Without either, prints what the cluster still holds: the latest
+status.transitions and the run's Events.
 
 ${LEDGER_HELP}
   -o, --output json             the history as JSON`,

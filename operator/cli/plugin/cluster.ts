@@ -6,6 +6,8 @@ import { delimiter, join } from "node:path";
 import { KubeConfig } from "@kubernetes/client-node";
 import { GROUP, PLURAL, VERSION } from "../../api/agentrun.ts";
 import { ApiError, isConflict, isNotFound, KubeClient, paths, type Json } from "../../kube/client.ts";
+import { HISTORY_GROUP, historyApiPath } from "../../ledger/history-api.ts";
+import type { RunHistory } from "../../ledger/read.ts";
 
 /** A failure the user can act on: printed as `error: <message>`, exit 1, never a stack trace. */
 export class CliError extends Error {
@@ -123,6 +125,27 @@ export class Cluster {
     } catch (err) {
       if (isConflict(err)) throw err;
       throw await this.runFailure(err, name, namespace);
+    }
+  }
+
+  /**
+   * The run's history through the API server, from the operator's aggregated API, with the
+   * user's own credentials; or, when it cannot be had, why not in a few words.
+   */
+  async getHistory(name: string, namespace = this.namespace): Promise<{ history?: RunHistory; problem?: string }> {
+    try {
+      const doc = await this.client.get<{ history?: RunHistory }>(historyApiPath(namespace, name));
+      return doc.history ? { history: doc.history } : { problem: `the history API answered without a history for ${namespace}/${name}` };
+    } catch (err) {
+      // A group the API server does not serve gets its plain-text 404; the operator's own 404
+      // is a Status that says what it lacks.
+      if (err instanceof SyntaxError || (isNotFound(err) && ((err as ApiError).body as { kind?: string } | undefined)?.kind !== "Status")) {
+        return { problem: `the full history needs the ledger: this cluster serves no ${HISTORY_GROUP} API, so set DATABASE_URL or pass --database-url-file` };
+      }
+      if (err instanceof ApiError && (err.body as { message?: string } | undefined)?.message) {
+        return { problem: `the history API answered ${err.code}: ${(err.body as { message: string }).message}` };
+      }
+      return { problem: explainFailure(err, this.server) };
     }
   }
 

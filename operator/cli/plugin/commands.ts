@@ -47,7 +47,6 @@ export class Context {
   }
 }
 
-const NO_LEDGER = "the full history needs the ledger: set DATABASE_URL or pass --database-url-file";
 
 const statusOf = (run: Json) => (run.status ?? {}) as AgentRunStatus;
 const metaOf = (run: Json) => run.metadata as { name: string; namespace: string; uid?: string; resourceVersion?: string; annotations?: Record<string, string> };
@@ -117,10 +116,14 @@ export async function runTimeline(ctx: Context, run: Json, fromStatus = false): 
             return undefined;
           },
         )
-      : undefined,
+      : ctx.cluster.getHistory(meta.name ?? ctx.run, meta.namespace).then(({ history: h, problem }) => {
+          const mine = historyOfUid(h, meta.uid);
+          if (problem) notes.push(problem);
+          else if (!mine) notes.push("the ledger holds nothing for this run yet");
+          return mine;
+        }),
   ]);
   const sources = history ? "the ledger, status.transitions and Events" : "status.transitions and Events";
-  if (!url) notes.push(NO_LEDGER);
   const status = statusOf(run);
   const lastNudge = status.stall?.lastNudge;
   const timeline = mergeTimeline({
@@ -158,7 +161,13 @@ async function history(ctx: Context): Promise<number> {
       notes.push(`the ledger could not be read`);
     }
   } else {
-    notes.push(NO_LEDGER);
+    // Without a ledger URL, through the API server with the user's own credentials.
+    const { history: found, problem } = await ctx.cluster.getHistory(ctx.run, ctx.namespace);
+    if (found) {
+      ctx.io.out(ctx.inv.output === "json" ? `${JSON.stringify(found, null, 2)}\n` : formatHistory(found));
+      return 0;
+    }
+    if (problem) notes.push(problem);
   }
 
   const run = await ctx.cluster.getRun(ctx.run, ctx.namespace);

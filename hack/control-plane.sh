@@ -731,7 +731,8 @@ start_component() {
 			--audit-log-format=json \
 			--audit-log-maxsize=200 \
 			--audit-log-maxbackup=1 \
-			--profiling=false
+			--profiling=false \
+			"${APISERVER_EXTRA_ARGS[@]}"
 		;;
 	kube-controller-manager)
 		# Always running: it creates every namespace's `default`
@@ -882,6 +883,12 @@ cmd_up() {
 		aw_die "this cluster runs the real node (up --kubelet); 'hack/control-plane.sh down' first, or use another AGENT_WATCHDOG_STATE for kwok"
 	fi
 	((with_kubelet)) && node_require
+	# The real node has no kube-proxy, so a Service's ClusterIP leads nowhere: the API server
+	# reaches an aggregated API (the run history's APIService) at its endpoints' pod addresses,
+	# which this machine routes to over the node's bridge. The loopback cluster keeps the default
+	# (an ExternalName Service can then name a server on loopback, where no endpoint may point).
+	APISERVER_EXTRA_ARGS=()
+	((with_kubelet)) && APISERVER_EXTRA_ARGS+=(--enable-aggregator-routing=true)
 	local start
 	start="$(aw_now_ms)"
 	if cluster_up && { ((with_nodes == 0)) || nodes_up; } && { ((with_kubelet == 0)) || kubelet_up; }; then

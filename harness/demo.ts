@@ -139,7 +139,7 @@ async function main(argv: string[]): Promise<number> {
     const context: JudgeContext = { emailsSent: (name) => emails.get(name) ?? 0, approvedAfterRelease: (name) => approved.has(name) };
     const verdicts = DEMO_RUNS.map((demo) => judge(demo, runs.find((r) => r.metadata.name === demo.name), context));
     const operatorUrl = await world.operatorUrl();
-    const samples = parseMetrics(await (await fetch(`${operatorUrl}/metrics`)).text());
+    const samples = parseMetrics(await (await world.operatorFetch("/metrics")).text());
     const healthy = runs.find((r) => r.metadata.name === DEMO_RUNS.find((d) => d.behaviour === "healthy")?.name);
     const sdk = healthy ? sdkWrites(healthy, await world.sandboxLog(lastPod(healthy))) : undefined;
     for (const line of summaryLines(samples, runs, verdicts, emails, sdk)) process.stdout.write(`${line}\n`);
@@ -148,7 +148,8 @@ async function main(argv: string[]): Promise<number> {
     const shownRun = runs.find((r) => r.metadata.name === shown?.name);
     if (shown && shownRun) {
       process.stdout.write(`\n${bold(`The ledger's history of ${shown.name}`)} ${dim(`(${shown.behaviour}; GET ${operatorUrl}/history/${namespace}/${shown.name} with a token that may get the run)`)}\n`);
-      const history = await ledgerHistory(operatorUrl, namespace, shownRun, await historyReaderToken(kube, namespace));
+      const fetchFromOperator = world.operatorFetch.bind(world);
+      const history = await ledgerHistory(fetchFromOperator, namespace, shownRun, await historyReaderToken(kube, namespace));
       const text = history ? formatHistory(history) : "  the ledger holds nothing for it yet\n";
       process.stdout.write(text.split("\n").map((l) => (l ? `  ${l}` : l)).join("\n"));
     }
@@ -176,7 +177,7 @@ async function main(argv: string[]): Promise<number> {
           `  kubectl get agentruns -n ${namespace}`,
           `  kubectl describe agentrun -n ${namespace} build-release`,
           ...world.hints.map((h) => `  ${h}`),
-          `  curl -s ${operatorUrl}/metrics | grep ^watchdog_`,
+          `  ${world.metricsHint}`,
           "",
           bold("Press Ctrl-C to stop the demo and clean up."),
           "",

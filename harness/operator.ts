@@ -82,13 +82,19 @@ export function historyReaderToken(client: KubeClient, namespace: string): Promi
 }
 
 /** A run's history as the operator's ledger serves it, once it has caught up with the run. */
-export async function ledgerHistory(operatorUrl: string, namespace: string, run: Run, token: string, timeoutMs = 20_000): Promise<RunHistory | undefined> {
+export async function ledgerHistory(
+  operatorFetch: (path: string, headers: Record<string, string>) => Promise<Response>,
+  namespace: string,
+  run: Run,
+  token: string,
+  timeoutMs = 20_000,
+): Promise<RunHistory | undefined> {
   let history: RunHistory | undefined;
   const want = (run.status?.transitions ?? []) as { phase: string }[];
   const { name, uid } = run.metadata;
   try {
     await pollUntil(`the ledger to hold ${name}'s history`, timeoutMs, async () => {
-      const res = await fetch(`${operatorUrl}/history/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}?uid=${encodeURIComponent(uid)}`, { headers: { authorization: `Bearer ${token}` } });
+      const res = await operatorFetch(`/history/${encodeURIComponent(namespace)}/${encodeURIComponent(name)}?uid=${encodeURIComponent(uid)}`, { authorization: `Bearer ${token}` });
       if (!res.ok) return false;
       history = (await res.json()) as RunHistory;
       return history.transitions.length >= want.length && history.transitions.at(-1)?.phase === run.status?.phase;

@@ -6,6 +6,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { spawn } from "node:child_process";
+import { Agent, fetch as undiciFetch } from "undici";
 import { stringify } from "yaml";
 import { isNotFound, paths, type Json, type KubeClient } from "../operator/kube/client.ts";
 import { stateRoot } from "./sandbox-runner.ts";
@@ -112,6 +113,12 @@ export interface InstalledOperator {
   leader(): Promise<string | undefined>;
   /** The leader's (or the first pod's) base URL: /metrics and /history. */
   baseUrl(): Promise<string>;
+  /**
+   * A request to the operator's metrics port (the leader's, or the pod at `ip`), over HTTPS
+   * trusted through the chart's CA when metrics.tls is on, as the API server and Prometheus
+   * reach it.
+   */
+  fetch(path: string, init?: { headers?: Record<string, string> }, ip?: string): Promise<Response>;
   uninstall(): Promise<void>;
 }
 
@@ -162,6 +169,18 @@ export async function installOperator(options: OperatorInstall): Promise<Install
       .filter((p) => p.status?.phase === "Running" && p.status.podIP && !p.metadata.deletionTimestamp)
       .map((p) => ({ name: p.metadata.name, ip: p.status?.podIP as string, ready: p.status?.conditions?.some((c) => c.type === "Ready" && c.status === "True") ?? false }));
   };
+  // The chart serves the metrics port over HTTPS unless told otherwise; its certificate names the
+  // Service, so the pod's address is dialled with the Service's name as the one to verify.
+  const tls = (values.metrics as { tls?: { enabled?: boolean } } | undefined)?.tls?.enabled !== false;
+  let dispatcher: Agent | undefined;
+  const trusted = async () => {
+    if (!dispatcher) {
+      const secret = await client.get<{ data: Record<string, string> }>(`/api/v1/namespaces/${namespace}/secrets/${fullname}-metrics-tls`);
+      dispatcher = new Agent({ connect: { ca: Buffer.from(secret.data["ca.crt"] ?? "", "base64").toString(), servername: `${fullname}-metrics.${namespace}.svc` } });
+    }
+    return dispatcher;
+  };
+  const scheme = tls ? "https" : "http";
   const leader = async () => {
     try {
       const lease = await client.get<{ spec?: { holderIdentity?: string } }>(paths.lease(namespace, `${fullname}.watchdog.dev`));
@@ -171,22 +190,29 @@ export async function installOperator(options: OperatorInstall): Promise<Install
       throw err;
     }
   };
+  const baseUrl = async () => {
+    let url = "";
+    await pollUntil("an operator pod to serve metrics", 60_000, async () => {
+      const [running, holder] = await Promise.all([pods(), leader()]);
+      const pod = running.find((p) => p.name === holder) ?? running[0];
+      url = pod ? `${scheme}://${pod.ip}:8080` : "";
+      return url !== "";
+    });
+    return url;
+  };
   return {
     release,
     namespace,
     pods,
     leader,
-    async baseUrl() {
-      let url = "";
-      await pollUntil("an operator pod to serve metrics", 60_000, async () => {
-        const [running, holder] = await Promise.all([pods(), leader()]);
-        const pod = running.find((p) => p.name === holder) ?? running[0];
-        url = pod ? `http://${pod.ip}:8080` : "";
-        return url !== "";
-      });
-      return url;
+    baseUrl,
+    async fetch(path, init = {}, ip) {
+      const base = ip ? `${scheme}://${ip}:8080` : await baseUrl();
+      const res = await undiciFetch(`${base}${path}`, { headers: init.headers ?? {}, ...(tls ? { dispatcher: await trusted() } : {}) });
+      return res as unknown as Response;
     },
     async uninstall() {
+      await dispatcher?.close();
       await command(node.helm, ["uninstall", release, "--namespace", namespace, "--wait", "--timeout", "120s"], { env: helmEnv(node) });
     },
   };

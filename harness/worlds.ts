@@ -33,6 +33,10 @@ export interface DemoWorld {
   client: KubeClient;
   /** Serves /metrics and /history/<namespace>/<name>. */
   operatorUrl(): Promise<string>;
+  /** A GET of one of those paths, over whatever transport and trust the operator serves with. */
+  operatorFetch(path: string, headers?: Record<string, string>): Promise<Response>;
+  /** How to look at the metrics afterwards, in a command. */
+  metricsHint: string;
   /** What the operator's log is, in words, for when something goes wrong. */
   operatorLog: string;
   outboxDir: string;
@@ -166,6 +170,8 @@ export async function localWorld(options: WorldOptions): Promise<DemoWorld> {
       kubeconfig,
       client,
       operatorUrl: async () => op.baseUrl,
+      operatorFetch: (path, headers = {}) => fetch(`${op.baseUrl}${path}`, { headers }),
+      metricsHint: `curl -s ${op.baseUrl}/metrics | grep ^watchdog_`,
       operatorLog,
       outboxDir,
       sandbox: {},
@@ -257,6 +263,10 @@ export async function realNodeWorld(options: WorldOptions): Promise<DemoWorld> {
       kubeconfig: node.kubeconfig,
       client,
       operatorUrl: () => operator.baseUrl(),
+      operatorFetch: (path, headers = {}) => operator.fetch(path, { headers }),
+      // The metrics port speaks HTTPS with the chart's certificate: the API server's service
+      // proxy reaches it with your own credentials.
+      metricsHint: `kubectl get --raw /api/v1/namespaces/${system}/services/https:demo-agent-watchdog-metrics:metrics/proxy/metrics | grep ^watchdog_`,
       operatorLog: `kubectl logs -n ${system} -l app.kubernetes.io/name=agent-watchdog`,
       outboxDir,
       sandbox: { image: node.image, env: { ...EXAMPLE_ENV, EXAMPLE_OUTBOX_URL: outboxUrl } },
@@ -268,7 +278,12 @@ export async function realNodeWorld(options: WorldOptions): Promise<DemoWorld> {
         }
       },
       sandboxLogs: `kubectl logs -n ${namespace} <pod>`,
-      hints: [`kubectl get pods -n ${namespace} -o wide`, `kubectl get lease -n ${system}`],
+      hints: [
+        `kubectl get pods -n ${namespace} -o wide`,
+        `kubectl get lease -n ${system}`,
+        // The ledger's history through the API server, with nothing but the kubeconfig.
+        `kubectl get --raw /apis/history.watchdog.dev/v1alpha1/namespaces/${namespace}/agentrunhistories/email-report`,
+      ],
       kill() {
         // Nothing runs here but the outbox service, which ends with this process; the cluster's
         // pods are the next demo's to clean up.

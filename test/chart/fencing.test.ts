@@ -82,10 +82,17 @@ beforeAll(async () => {
   const container = find(manifests, "Deployment").spec.template.spec.containers[0];
   const dir = tempDir("operator");
   writeFileSync(join(dir, "defaults.yaml"), find(manifests, "ConfigMap", `${fullname}-defaults`).data["defaults.yaml"]);
+  // The serving certificate the chart generated, where the mounted Secret would put it.
+  const tls = find(manifests, "Secret", `${fullname}-metrics-tls`).data as Record<string, string>;
+  for (const file of ["tls.crt", "tls.key"]) writeFileSync(join(dir, file), Buffer.from(tls[file] as string, "base64"));
+  const local: Record<string, string> = { "--defaults-file": "defaults.yaml", "--tls-cert-file": "tls.crt", "--tls-private-key-file": "tls.key" };
   const args = (container.args as string[])
     .slice(1)
     .filter((a) => !/^--(metrics-bind-address|health-probe-bind-address|namespaces)=/.test(a))
-    .map((a) => (a.startsWith("--defaults-file=") ? `--defaults-file=${join(dir, "defaults.yaml")}` : a));
+    .map((a) => {
+      const [flag = "", value] = a.split("=", 2);
+      return value !== undefined && local[flag] ? `${flag}=${join(dir, local[flag])}` : a;
+    });
   expect(args).toContain(`--sandbox-cluster-role=${sandboxRole}`);
   const operatorToken = await requestToken(admin, sysNs, fullname);
   operator = await startOperator(runNs, args, { KUBECONFIG: tokenKubeconfig(operatorToken), POD_NAMESPACE: sysNs });

@@ -26,6 +26,7 @@ function pathOf(object: Json): string {
   const meta = object.metadata as { name: string; namespace?: string };
   const [group, version] = String(object.apiVersion).includes("/") ? String(object.apiVersion).split("/") : ["", String(object.apiVersion)];
   const plural: Record<string, string> = {
+    APIService: "apiservices",
     ClusterRole: "clusterroles",
     ClusterRoleBinding: "clusterrolebindings",
     ConfigMap: "configmaps",
@@ -35,6 +36,7 @@ function pathOf(object: Json): string {
     PodDisruptionBudget: "poddisruptionbudgets",
     Role: "roles",
     RoleBinding: "rolebindings",
+    Secret: "secrets",
     Service: "services",
     ServiceAccount: "serviceaccounts",
     ValidatingAdmissionPolicy: "validatingadmissionpolicies",
@@ -174,6 +176,8 @@ describe("helm install and uninstall", () => {
         "NetworkPolicy",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "APIService",
+        "Secret",
       ]),
     );
     for (const object of installed) expect(await exists(pathOf(object)), `${String(object.kind)} ${(object.metadata as Json).name}`).toBe(true);

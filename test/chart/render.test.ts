@@ -137,6 +137,7 @@ describe("helm template with the default values", () => {
     const kinds = objects.map((o) => `${o.kind}/${(o.metadata as Json).name}`).sort();
     expect(kinds).toEqual(
       [
+        "APIService/v1alpha1.history.watchdog.dev",
         "ClusterRole/agent-watchdog-manager",
         "ClusterRole/agent-watchdog-nodes",
         "ClusterRole/agent-watchdog-sandbox",
@@ -155,6 +156,8 @@ describe("helm template with the default values", () => {
         "Role/agent-watchdog-node-leases",
         "RoleBinding/agent-watchdog-leader-election",
         "RoleBinding/agent-watchdog-node-leases",
+        "RoleBinding/agent-watchdog-auth-reader",
+        "Secret/agent-watchdog-metrics-tls",
         "Service/agent-watchdog-metrics",
         "ServiceAccount/agent-watchdog",
         "ValidatingAdmissionPolicy/agent-watchdog-sandbox-fencing",
@@ -168,9 +171,10 @@ describe("helm template with the default values", () => {
     for (const o of objects) {
       const meta = o.metadata as any;
       expect(meta.labels["app.kubernetes.io/instance"], `${o.kind} ${meta.name}`).toBe(RELEASE);
-      const clusterScoped = ["ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"];
-      // The node Leases live in kube-node-lease; everything else namespaced is the release's.
-      const namespace = (meta.name as string).endsWith("-node-leases") ? "kube-node-lease" : NS;
+      const clusterScoped = ["APIService", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"];
+      // The node Leases live in kube-node-lease, the front proxy's trust is read in kube-system;
+      // everything else namespaced is the release's.
+      const namespace = (meta.name as string).endsWith("-node-leases") ? "kube-node-lease" : (meta.name as string).endsWith("-auth-reader") ? "kube-system" : NS;
       expect(meta.namespace, `${o.kind} ${meta.name}`).toBe(clusterScoped.includes(o.kind as string) ? undefined : namespace);
     }
     expect(find(objects, "PodDisruptionBudget").spec).toEqual({
@@ -344,8 +348,12 @@ describe("helm template with every feature on", () => {
     expect(aggregate("view")).toEqual(["admin", "edit", "view"].map((r) => `rbac.authorization.k8s.io/aggregate-to-${r}`));
     expect(aggregate("edit")).toEqual(["admin", "edit"].map((r) => `rbac.authorization.k8s.io/aggregate-to-${r}`));
     expect(aggregate("approver")).toEqual([]);
+    // Whoever may read a run may read its history through the API server.
+    const history = { apiGroups: ["history.watchdog.dev"], resources: ["agentrunhistories"], verbs: ["get"] };
+    expect(find(objects, "ClusterRole", `${RELEASE}-view`).rules).toEqual([{ apiGroups: ["watchdog.dev"], resources: ["agentruns", "agentruns/status"], verbs: ["get", "list", "watch"] }, history]);
     expect(find(objects, "ClusterRole", `${RELEASE}-approver`).rules).toEqual([
       { apiGroups: ["watchdog.dev"], resources: ["agentruns", "agentruns/status"], verbs: ["get", "list", "watch"] },
+      history,
       { apiGroups: ["watchdog.dev"], resources: ["agentruns"], verbs: ["patch", "answer"] },
     ]);
     const policy = find(objects, "ValidatingAdmissionPolicy", `${RELEASE}-approver`);
@@ -467,8 +475,35 @@ describe("helm template with secure metrics serving", () => {
     expect(find(objects, "ClusterRole", `${RELEASE}-metrics-reader`).rules).toEqual([{ nonResourceURLs: ["/metrics"], verbs: ["get"] }]);
   });
 
+  it("registers the history's APIService on the metrics Service, trusted through the certificate's CA", async () => {
+    const objects = await render({}, { namespace: NS });
+    const apiService = find(objects, "APIService", "v1alpha1.history.watchdog.dev");
+    const secret = find(objects, "Secret", `${RELEASE}-metrics-tls`);
+    expect(apiService.spec).toEqual({
+      group: "history.watchdog.dev",
+      version: "v1alpha1",
+      groupPriorityMinimum: 1000,
+      versionPriority: 15,
+      service: { name: `${RELEASE}-metrics`, namespace: NS, port: 8080 },
+      caBundle: secret.data["ca.crt"],
+    });
+    const reader = find(objects, "RoleBinding", `${RELEASE}-auth-reader`);
+    expect(reader.metadata.namespace).toBe("kube-system");
+    expect(reader.roleRef).toEqual({ apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: "extension-apiserver-authentication-reader" });
+    expect(reader.subjects).toEqual([{ kind: "ServiceAccount", name: RELEASE, namespace: NS }]);
+    // Off, it leaves nothing behind; with a Secret of the user's own, the CA is given or injected.
+    const off = await render({ history: { apiService: { enabled: false } } }, { namespace: NS });
+    expect(find(off, "APIService")).toBeUndefined();
+    expect(find(off, "RoleBinding", `${RELEASE}-auth-reader`)).toBeUndefined();
+    const injected = await render({ metrics: { tls: { secretName: "mine" } }, history: { apiService: { annotations: { "cert-manager.io/inject-ca-from": `${NS}/metrics` } } } }, { namespace: NS });
+    expect(find(injected, "APIService").metadata.annotations).toEqual({ "cert-manager.io/inject-ca-from": `${NS}/metrics` });
+    expect(find(injected, "APIService").spec.caBundle).toBeUndefined();
+  });
+
   it("uses a Secret of the user's own, and always lets the operator ask the API server who may read what", async () => {
-    const objects = await render({ metrics: { tls: { enabled: true, secretName: "metrics-cert" } } }, { namespace: NS });
+    const caBundle = Buffer.from("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n").toString("base64");
+    const objects = await render({ metrics: { tls: { enabled: true, secretName: "metrics-cert" } }, history: { apiService: { caBundle } } }, { namespace: NS });
+    expect(find(objects, "APIService").spec.caBundle).toBe(caBundle);
     expect(all(objects, "Secret").filter((s) => s.metadata.name.endsWith("-metrics-tls"))).toEqual([]);
     expect(find(objects, "Deployment").spec.template.spec.volumes.find((v: any) => v.name === "metrics-tls").secret.secretName).toBe("metrics-cert");
     expect(operatorContainer(objects).args).not.toContain("--metrics-secure");
@@ -494,6 +529,8 @@ describe("the values schema and the templates refuse bad values with a clear mes
     ["a bad validation action", { admission: { fencing: { validationActions: ["Reject"] } } }, [], /\/admission\/fencing\/validationActions\/0.*value must be one of/],
     ["an exempt namespace that is no name", { admission: { podSecurity: { exemptNamespaces: [""] } } }, [], /\/admission\/podSecurity\/exemptNamespaces\/0.*minLength/],
     ["replicas without leader election", { leaderElection: { enabled: false } }, [], /replicaCount > 1 needs leaderElection\.enabled/],
+    ["the history API over plain HTTP", { metrics: { tls: { enabled: false } } }, [], /history\.apiService\.enabled needs metrics\.tls\.enabled/],
+    ["the history API with no CA to trust it by", { metrics: { tls: { secretName: "mine" } } }, [], /history\.apiService: no CA to trust the operator with; put ca\.crt in the Secret mine, set history\.apiService\.caBundle/],
     ["an operator ServiceAccount that looks like a sandbox", { serviceAccount: { name: "ops-sandbox" } }, [], /ends in -sandbox, which marks sandbox identities/],
   ];
   for (const [what, values, args, message] of cases) {

@@ -11,7 +11,7 @@ import { installOperator, type InstalledOperator, type RealNode } from "../../ha
 import { paths, type Json, type KubeClient } from "../../operator/kube/client.ts";
 import { deleteNamespace, kube, kubeconfigPath, newNamespace } from "../support/cluster.ts";
 import { waitFor } from "../support/wait.ts";
-import { kubectl, ok, root } from "../chart/support.ts";
+import { kubectl, ok, refusal, requestToken, root, tokenClient } from "../chart/support.ts";
 
 const CRD = "agentruns.watchdog.dev";
 
@@ -41,8 +41,9 @@ afterAll(async () => {
   await kubectl(["label", "crd", CRD, "app.kubernetes.io/managed-by-", "app.kubernetes.io/instance-", "app.kubernetes.io/version-", "app.kubernetes.io/part-of-", "helm.sh/chart-"]);
 });
 
+/** /metrics of one replica, over HTTPS verified with the chart's CA (the chart's default). */
 async function metricsOf(ip: string): Promise<string> {
-  const res = await fetch(`http://${ip}:8080/metrics`);
+  const res = await operator.fetch("/metrics", {}, ip);
   expect(res.status).toBe(200);
   return res.text();
 }
@@ -106,6 +107,33 @@ describe("the chart with the image built here, on the real node", () => {
     for (const name of ["controller_runtime_reconcile_total", "workqueue_depth", "watchdog_agentruns", "leader_election_master_status"]) {
       expect(text).toContain(name);
     }
+  });
+
+  it("serves the run history through the API server, which reaches the operator's pods", async () => {
+    const apiService = await waitFor("the history's APIService to be Available", async () => {
+      const svc = await client.get<any>("/apis/apiregistration.k8s.io/v1/apiservices/v1alpha1.history.watchdog.dev");
+      return svc.status?.conditions?.some((c: any) => c.type === "Available" && c.status === "True") ? svc : undefined;
+    }, { timeoutMs: 60_000 });
+    expect(apiService.spec.service).toEqual({ namespace: system, name: "it-agent-watchdog-metrics", port: 8080 });
+    const resources = await client.get<any>("/apis/history.watchdog.dev/v1alpha1");
+    expect(resources.resources.map((r: any) => r.name)).toEqual(["agentrunhistories"]);
+    await client.create(paths.runs(runs), { ...sample("minimal.yaml"), metadata: { name: "asked-about" } });
+    // The API server authenticated the caller and proxied with its front-proxy certificate; the
+    // operator checked get on the run, then found it has no ledger in this release: its answer.
+    const history = `/apis/history.watchdog.dev/v1alpha1/namespaces/${runs}/agentrunhistories/asked-about`;
+    const noLedger = await refusal(client.get(history));
+    expect(noLedger.code).toBe(404);
+    expect((noLedger.body as { message?: string }).message).toBe("this operator runs without a ledger: no history is recorded");
+    // A caller who may get histories but not the run is refused by the operator's own review.
+    await client.create(`/api/v1/namespaces/${runs}/serviceaccounts`, { apiVersion: "v1", kind: "ServiceAccount", metadata: { name: "history-only" } });
+    await client.create(`/apis/rbac.authorization.k8s.io/v1/namespaces/${runs}/roles`, { apiVersion: "rbac.authorization.k8s.io/v1", kind: "Role", metadata: { name: "history-only" }, rules: [{ apiGroups: ["history.watchdog.dev"], resources: ["agentrunhistories"], verbs: ["get"] }] });
+    await client.create(`/apis/rbac.authorization.k8s.io/v1/namespaces/${runs}/rolebindings`, { apiVersion: "rbac.authorization.k8s.io/v1", kind: "RoleBinding", metadata: { name: "history-only" }, roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: "history-only" }, subjects: [{ kind: "ServiceAccount", name: "history-only", namespace: runs }] });
+    const historyOnly = tokenClient(await requestToken(client, runs, "history-only"));
+    const forbidden = await waitFor("the binding to take effect and the operator to refuse", async () => {
+      const err = await refusal(historyOnly.get(history));
+      return err.code === 403 && String((err.body as { message?: string }).message).includes("may not get agentruns.watchdog.dev") ? err : undefined;
+    }, { timeoutMs: 20_000 });
+    expect((forbidden.body as { message?: string }).message).toContain(`system:serviceaccount:${runs}:history-only may not get agentruns.watchdog.dev "asked-about"`);
   });
 
   it("completes the samples and a longer run while the leader's pod is deleted and the other replica takes over", async () => {

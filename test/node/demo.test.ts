@@ -34,6 +34,9 @@ it("npm run demo -- --kubelet --once exits 0 with every behaviour as expected in
   expect(output).toMatch(/e-mails in the outbox\s+1 /);
   expect(output).toMatch(/status writes by the healthy sandbox\s+\d+\s+summarise-docs in \d+s: \d+ heartbeat-only/);
   expect(output).toContain("The ledger's history of email-report");
+  // Read from the operator over HTTPS, verified with the chart's CA: not an empty stand-in.
+  expect(output).toMatch(/The ledger's history of email-report .*GET https:\/\//);
+  expect(output).not.toContain("the ledger holds nothing for it yet");
   expect(output).toContain("stopped the operator (helm uninstall)");
   expect(output).not.toMatch(/stopped the control plane|stopped PostgreSQL/);
   const client = kube();

@@ -12,8 +12,16 @@
 # ever enters it, so none of their bytes are in the image. hack/images.sh builds this same file
 # with no registry, from local stand-ins for both base images.
 
+# ---- base images, pinned ----------------------------------------------------------------------
+# By digest (the multi-platform index), so that a rebuild gets the same bytes whatever the tags
+# point to since; the tag stays for people and for update bots. Bump both together, and check a
+# new digest with `crane digest <image>:<tag>` or `docker buildx imagetools inspect`.
+# hack/images.sh, which has no registry, passes its local stand-ins by name instead.
+ARG NODE_IMAGE=node:24.21.0-bookworm-slim@sha256:2fe369e969550cde8e867afc3fe370b260140cab4a23d467074295b42163d553
+ARG RUNTIME_IMAGE=gcr.io/distroless/nodejs24-debian12:nonroot@sha256:14d42e2511532589a7c7e01a753667a74fcc96266e137e8125006b87b0c32d0a
+
 # ---- production dependencies ----------------------------------------------------------------
-FROM node:24.21.0-bookworm-slim AS deps
+FROM ${NODE_IMAGE} AS deps
 # Where npm gets the packages from: a registry (a mirror, say), or only its cache
 # (hack/images.sh fills one on the host and builds with NPM_CONFIG_OFFLINE=true).
 ARG NPM_CONFIG_REGISTRY=https://registry.npmjs.org/
@@ -28,14 +36,14 @@ RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund \
     && rm -rf node_modules/@types
 
 # ---- the sources as JavaScript ---------------------------------------------------------------
-FROM node:24.21.0-bookworm-slim AS js
+FROM ${NODE_IMAGE} AS js
 WORKDIR /app
 COPY operator ./operator
 COPY hack/image/to-javascript.mjs ./
 RUN node --no-warnings to-javascript.mjs operator
 
 # ---- runtime --------------------------------------------------------------------------------
-FROM gcr.io/distroless/nodejs24-debian12:nonroot
+FROM ${RUNTIME_IMAGE}
 
 ARG VERSION=0.1.0
 ARG REVISION=unknown

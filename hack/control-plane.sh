@@ -37,7 +37,7 @@
 #   bin TOOL                 print the path of a tool binary, building it if
 #                            needed (etcd, kube-apiserver, kube-controller-manager,
 #                            kube-scheduler, kwok, helm, promtool, prometheus,
-#                            alertmanager, kubectl, kubelet)
+#                            alertmanager, kubectl, kubelet, syft)
 #
 # Stdout carries only results meant for `eval` or `$(...)`; everything else
 # goes to stderr.
@@ -87,7 +87,7 @@ NODE_COMPONENTS=(kube-scheduler kwok)
 source "$HACK_DIR/lib/node.sh"
 
 DEFAULT_TOOLS=(etcd kube-apiserver kube-controller-manager kube-scheduler)
-ALL_TOOLS=("${DEFAULT_TOOLS[@]}" kwok helm promtool prometheus alertmanager kubectl kubelet)
+ALL_TOOLS=("${DEFAULT_TOOLS[@]}" kwok helm promtool prometheus alertmanager kubectl kubelet syft)
 
 # ---------------------------------------------------------------------------
 # Tool versions and build recipes. The versions come from the wrapper modules'
@@ -152,6 +152,7 @@ tool_recipe() {
 		TOOL_CACHE_KEY="$tool-$TOOL_VERSION"
 		;;
 	alertmanager) module_recipe "$tool" alertmanager github.com/prometheus/alertmanager/cmd/alertmanager github.com/prometheus/alertmanager ;;
+	syft) module_recipe "$tool" syft github.com/anchore/syft/cmd/syft github.com/anchore/syft ;;
 	*)
 		aw_die "unknown tool '$tool' (known: ${ALL_TOOLS[*]})"
 		;;
@@ -219,6 +220,13 @@ tool_ldflags() {
 			-X "$pkg.Branch=HEAD"
 			-X "$pkg.BuildUser=agent-watchdog"
 			-X "$pkg.BuildDate=$(module_date "$TOOL_MODULE_DIR" "$module" "$module_version" 20060102-15:04:05 19700101-00:00:00)"
+		)
+		;;
+	syft)
+		# The SBOM names the tool that wrote it: its version, not "[not provided]".
+		TOOL_LDFLAGS+=(
+			-X "main.version=${TOOL_VERSION#v}"
+			-X "main.buildDate=$(module_date syft github.com/anchore/syft "$TOOL_VERSION" 2006-01-02T15:04:05Z 1970-01-01T00:00:00Z)"
 		)
 		;;
 	esac

@@ -3,7 +3,7 @@
 # on local stand-ins for the Dockerfile's base images, all from Debian's packages and the pinned
 # Node 24 binary (the `node` devDependency); then imported into the real node's containerd.
 #
-# Usage: hack/images.sh [--no-import] [--size] [--python-example]
+# Usage: hack/images.sh [--no-import] [--size] [--sbom] [--python-example]
 #
 #   (default)    build what is missing (cached by the hash of its inputs), import the image into
 #                the real node of the cluster in AGENT_WATCHDOG_STATE when one runs
@@ -11,14 +11,18 @@
 #                the samples use), and print the project image's reference
 #   --no-import  build only
 #   --size       also print the project image's size in bytes on a second line
+#   --sbom       also print the path of the project image's SBOM on the next line: SPDX JSON
+#                that syft (built from its Go module, `hack/control-plane.sh bin syft`) writes
+#                from the image's archive whenever the image is built
 #   --python-example
 #                build the Python SDK's example agent image instead (operator/python/Dockerfile),
 #                import it the same way, and print its reference
 #
 # The builder is Debian's buildah, with its own storage under the cache root, chroot isolation and
 # no network: nothing is pulled from anywhere, and the machine's own image stores are not touched.
-# The stand-ins carry the names the Dockerfile's FROM lines give, so users with a registry build
-# the same file against the real images:
+# The Dockerfiles pin the real base images by digest; a digest names bytes only a registry has, so
+# the build passes the stand-ins by name instead (the NODE_IMAGE, RUNTIME_IMAGE and PYTHON_IMAGE
+# build arguments), and users with a registry build the same files against the pinned images:
 #   node:24.21.0-bookworm-slim               Debian bookworm minbase (mmdebstrap), the Node binary
 #                                            and npm: the dependency stage runs `npm ci` offline
 #                                            from a cache this script fills on the host
@@ -164,8 +168,12 @@ build_runtime_base() {
 	work="$(workdir)"
 	mkdir -p "$work/debs" "$work/rootfs"
 	(cd "$work/debs" && apt-get download "${RUNTIME_DEBS[@]}" >&2) || aw_die "apt-get download ${RUNTIME_DEBS[*]} failed (apt-get update first?)"
+	# Each package's control file in /var/lib/dpkg/status.d/, as distroless records what it holds
+	# (it has no dpkg database): scanners, syft included, list the image's Debian packages from it.
+	mkdir -p "$work/rootfs/var/lib/dpkg/status.d"
 	for deb in "$work"/debs/*.deb; do
 		dpkg-deb --extract "$deb" "$work/rootfs"
+		dpkg-deb --field "$deb" >"$work/rootfs/var/lib/dpkg/status.d/$(dpkg-deb --field "$deb" Package)"
 	done
 	local r="$work/rootfs"
 	# Merged /usr, as bookworm's own images have it.
@@ -184,6 +192,9 @@ build_runtime_base() {
 	printf 'root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$r/etc/passwd"
 	printf 'root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n' >"$r/etc/group"
 	printf 'hosts: files dns\n' >"$r/etc/nsswitch.conf"
+	# What distroless says it is: scanners take the distribution from here to name each package
+	# (pkg:deb/debian/...?distro=debian-12) and to match advisories against it.
+	printf 'PRETTY_NAME="Distroless"\nNAME="Debian GNU/Linux"\nID="debian"\nVERSION_ID="12"\nVERSION="Debian GNU/Linux 12 (bookworm)"\nHOME_URL="https://github.com/GoogleContainerTools/distroless"\n' >"$r/etc/os-release"
 	ln -sfn /usr/share/zoneinfo/Etc/UTC "$r/etc/localtime"
 	mkdir -p "$r/tmp" "$r/root" "$r/home/nonroot"
 	chmod 1777 "$r/tmp"
@@ -233,6 +244,7 @@ build_python_example() {
 	start="$(aw_now_ms)"
 	aw_log "building $ref from operator/python/Dockerfile"
 	bah bud --quiet --signature-policy "$IMAGES_DIR/policy.json" --pull=never --isolation oci --network none --layers \
+		--build-arg PYTHON_IMAGE="$PYTHON_BASE" \
 		--tag "$ref" --file "$ROOT_DIR/operator/python/Dockerfile" "$ROOT_DIR/operator/python" >&2 || aw_die "building $ref failed"
 	aw_log "built $ref in $(aw_since "$start")"
 }
@@ -274,6 +286,7 @@ build_project() {
 	cache_copy="$(workdir)"
 	cp -a "$IMAGES_DIR/npm-cache/." "$cache_copy/"
 	bah bud --quiet --signature-policy "$IMAGES_DIR/policy.json" --pull=never --isolation oci --network none --layers \
+		--build-arg NODE_IMAGE="$DEPS_BASE" --build-arg RUNTIME_IMAGE="$RUNTIME_BASE" \
 		--build-arg NPM_CONFIG_OFFLINE=true --build-arg NPM_CONFIG_CACHE=/npm-cache \
 		--volume "$cache_copy:/npm-cache" \
 		--build-arg REVISION="$(git -C "$ROOT_DIR" rev-parse --short HEAD 2>/dev/null || echo unknown)" \
@@ -293,6 +306,24 @@ archive_of() {
 		mv -f "$archive.tmp" "$archive"
 	fi
 	printf '%s\n' "$archive"
+}
+
+# The image's software bill of materials, written once per build: syft reads the image's archive
+# (the base's Debian packages, the Node binary, every npm package of node_modules) and writes SPDX
+# JSON. It never reaches a network: no update check, nothing to download.
+sbom_of() {
+	local ref=$1 sbom syft
+	sbom="$IMAGES_DIR/sboms/$(tr '/:' '__' <<<"$ref").spdx.json"
+	if [[ ! -s "$sbom" ]]; then
+		mkdir -p "$IMAGES_DIR/sboms"
+		rm -f "$IMAGES_DIR/sboms/$(tr '/:' '__' <<<"${ref%:*}")"_*.spdx.json
+		syft="$(bash "$HACK_DIR/control-plane.sh" bin syft)" || aw_die "building syft failed"
+		SYFT_CHECK_FOR_APP_UPDATE=false "$syft" scan "docker-archive:$(archive_of "$ref")" --quiet \
+			--source-name "${ref%:*}" --source-version "${ref##*:}" --output "spdx-json=$sbom.tmp" >&2 ||
+			aw_die "writing the SBOM of $ref failed"
+		mv -f "$sbom.tmp" "$sbom"
+	fi
+	printf '%s\n' "$sbom"
 }
 
 # Imports image $1 into the real node's containerd unless it is there already.
@@ -333,12 +364,13 @@ prune_project_images() {
 }
 
 main() {
-	local import=1 size=0 python=0 arg
+	local import=1 size=0 sbom=0 python=0 arg
 	for arg in "$@"; do
 		case "$arg" in
 		--no-import) import=0 ;;
 		--python-example) python=1 ;;
 		--size) size=1 ;;
+		--sbom) sbom=1 ;;
 		-h | --help)
 			aw_usage "${BASH_SOURCE[0]}"
 			return 0
@@ -370,9 +402,12 @@ main() {
 	local ref
 	ref="$PROJECT_REPO:$(project_tag)"
 	build_project "$ref"
+	local sbom_path
+	sbom_path="$(sbom_of "$ref")"
 	((import)) && import_into_node "$ref"
 	printf '%s\n' "$ref"
 	((size)) && image_size "$ref"
+	((sbom)) && printf '%s\n' "$sbom_path"
 	return 0
 }
 

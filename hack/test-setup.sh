@@ -61,7 +61,7 @@ step "building the control plane, the kubelet and tools (cached outside the clon
 bash "$HACK_DIR/control-plane.sh" build --all
 
 step "building the project image and the Python example's image, with no registry (cached by their inputs)"
-bash "$HACK_DIR/images.sh" --no-import --size >/dev/null
+bash "$HACK_DIR/images.sh" --no-import --size --sbom >/dev/null
 bash "$HACK_DIR/images.sh" --python-example --no-import >/dev/null
 
 step "ready"

@@ -53,6 +53,12 @@ function run(args: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv } 
   return { code: result.status, stdout: result.stdout, stderr: result.stderr };
 }
 
+/** The defaults of the ARGs declared before the first FROM: what the stages' FROM lines name. */
+function baseImages(text: string): Record<string, string> {
+  const head = text.slice(0, text.search(/^FROM /m));
+  return Object.fromEntries([...head.matchAll(/^ARG (\w+)=(\S+)$/gm)].map((m) => [m[1], m[2]]));
+}
+
 describe("Dockerfile", () => {
   it("passes the linter", () => {
     expect(validate(dockerfileText).map((d) => `line ${d.range.start.line + 1}: ${d.message}`)).toEqual([]);
@@ -63,17 +69,17 @@ describe("Dockerfile", () => {
     expect(validate(broken).length).toBeGreaterThanOrEqual(3);
   });
 
-  it("installs with the pinned Node and runs on a distroless Node 24, never latest", () => {
+  it("installs with the pinned Node and runs on a distroless Node 24, both pinned by digest, never latest", () => {
     const froms = dockerfile.getFROMs();
     expect(froms.length).toBeGreaterThanOrEqual(2);
+    // Every stage starts from one of the two base images, named once, before the first FROM.
+    const base = baseImages(dockerfileText);
+    expect(froms.map((f) => f.getImage())).toEqual(["${NODE_IMAGE}", "${NODE_IMAGE}", "${RUNTIME_IMAGE}"]);
     // The dependency stage uses the very Node version the project pins (the `node` devDependency).
-    expect(froms[0]!.getImage()).toBe(`node:${pkg.devDependencies.node}-bookworm-slim`);
+    expect(base.NODE_IMAGE).toMatch(new RegExp(`^node:${pkg.devDependencies.node!.replace(/\./g, "\\.")}-bookworm-slim@sha256:[0-9a-f]{64}$`));
     // The runtime has no shell and no npm: their bytes never enter the image.
-    expect(froms.at(-1)!.getImage()).toBe("gcr.io/distroless/nodejs24-debian12:nonroot");
-    for (const from of froms) {
-      expect(from.getImageTag(), `tag of ${from.getImage()}`).toBeTruthy();
-      expect(from.getImageTag()).not.toBe("latest");
-    }
+    expect(base.RUNTIME_IMAGE).toMatch(/^gcr\.io\/distroless\/nodejs24-debian12:nonroot@sha256:[0-9a-f]{64}$/);
+    expect(baseImages(readFileSync(join(root, "operator/python/Dockerfile"), "utf8")).PYTHON_IMAGE).toMatch(/^python:3\.11-slim-bookworm@sha256:[0-9a-f]{64}$/);
     expect(dockerfileText).not.toMatch(/:latest\b/);
     expect(dockerfile.getInstructions().some((i) => i.getKeyword() === "ADD"), "ADD fetches and unpacks implicitly; COPY is explicit").toBe(false);
   });

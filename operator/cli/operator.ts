@@ -23,6 +23,8 @@ import { OptionsError, parseOptions, type OperatorOptions } from "./options.ts";
  * lease is back, so what is left is requests already sent; the new leader redoes any unfinished work.
  */
 const SHUTDOWN_DRAIN_MS = 2_000;
+/** How often the API server's front-proxy trust is read again (one GET of a ConfigMap). */
+const FRONT_PROXY_REFRESH_MS = 60_000;
 
 async function within(ms: number, work: Promise<unknown>): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
@@ -122,12 +124,22 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
   let tls: TlsFiles | undefined = options.tlsCertFile && options.tlsPrivateKeyFile ? { certFile: options.tlsCertFile, keyFile: options.tlsPrivateKeyFile } : undefined;
   // Over HTTPS the history is also an aggregated API, reached through the API server: requests
   // it proxies carry its front-proxy certificate and name the user it authenticated.
+  // The trust is read again every few minutes, as aggregated API servers watch it: the API server
+  // rewrites the ConfigMap when its front-proxy CA rotates.
   if (tls) {
     const { trust, problem } = await readFrontProxyTrust(client);
-    if (trust) {
-      access.frontProxy = trust;
-      tls = { ...tls, clientCa: trust.clientCa };
-    } else log.warn({ problem }, "the history is served to bearer tokens only: requests the API server proxies cannot be told from others");
+    if (trust) access.frontProxy = trust;
+    else log.warn({ problem }, "the history is served to bearer tokens only: requests the API server proxies cannot be told from others");
+    tls = { ...tls, clientCa: () => access.frontProxy?.clientCa };
+    const refresh = setInterval(() => {
+      void readFrontProxyTrust(client).then(({ trust: now, problem: why }) => {
+        // A read that fails, or finds no CA, keeps what was trusted: an API server that is
+        // briefly away, or a ConfigMap being rewritten, has not changed the CA.
+        if (now) access.frontProxy = now;
+        else if (why) log.debug({ problem: why }, "front-proxy trust not refreshed");
+      });
+    }, FRONT_PROXY_REFRESH_MS);
+    refresh.unref();
   }
   const readHistory = historyReads(ledger, access);
   servers.push(

@@ -24,10 +24,13 @@ export interface TlsFiles {
   keyFile: string;
   /**
    * PEM of a CA whose client certificates are asked for and checked (the API server's
-   * front-proxy CA). A connection without one is still served; routes see whether it had one
-   * in `socket.authorized`.
+   * front-proxy CA), read again every reload interval and taken up when it changes. A
+   * connection without one is still served; routes see whether it had one in
+   * `socket.authorized`.
    */
-  clientCa?: string;
+  clientCa?: () => string | undefined;
+  /** How often the files and the client CA are looked at again; 30 s unless a test says. */
+  reloadIntervalMs?: number;
 }
 
 const CERT_RELOAD_INTERVAL_MS = 30_000;
@@ -54,7 +57,8 @@ export function listen(address: string, routes: Route[], tls?: TlsFiles): Promis
   };
   let server: Server;
   if (tls) {
-    const read = () => ({ cert: readFileSync(tls.certFile), key: readFileSync(tls.keyFile), ...(tls.clientCa ? { ca: tls.clientCa } : {}) });
+    let clientCa = tls.clientCa?.();
+    const read = () => ({ cert: readFileSync(tls.certFile), key: readFileSync(tls.keyFile), ...(clientCa ? { ca: clientCa } : {}) });
     const clientCerts = tls.clientCa ? { requestCert: true, rejectUnauthorized: false } : {};
     const secure = createHttpsServer({ ...read(), ...clientCerts, minVersion: "TLSv1.2" }, handler);
     const reload = () => {
@@ -65,11 +69,22 @@ export function listen(address: string, routes: Route[], tls?: TlsFiles): Promis
         // one; the next change of either file tries again.
       }
     };
-    watchFile(tls.certFile, { interval: CERT_RELOAD_INTERVAL_MS }, reload);
-    watchFile(tls.keyFile, { interval: CERT_RELOAD_INTERVAL_MS }, reload);
+    const interval = tls.reloadIntervalMs ?? CERT_RELOAD_INTERVAL_MS;
+    watchFile(tls.certFile, { interval }, reload);
+    watchFile(tls.keyFile, { interval }, reload);
+    // A rotated client CA is taken up like a renewed certificate.
+    const caWatch = tls.clientCa
+      ? setInterval(() => {
+          const now = tls.clientCa?.();
+          if (now === clientCa) return;
+          clientCa = now;
+          reload();
+        }, interval).unref()
+      : undefined;
     secure.once("close", () => {
       unwatchFile(tls.certFile, reload);
       unwatchFile(tls.keyFile, reload);
+      clearInterval(caWatch);
     });
     server = secure;
   } else {

@@ -895,8 +895,12 @@ cmd_up() {
 	# reaches an aggregated API (the run history's APIService) at its endpoints' pod addresses,
 	# which this machine routes to over the node's bridge. The loopback cluster keeps the default
 	# (an ExternalName Service can then name a server on loopback, where no endpoint may point).
+	# A property of the cluster, not of this call: a plain `up` that starts a killed API server of
+	# the real node's cluster again must start it the same way.
 	APISERVER_EXTRA_ARGS=()
-	((with_kubelet)) && APISERVER_EXTRA_ARGS+=(--enable-aggregator-routing=true)
+	if ((with_kubelet)) || [[ -e "$STATE_DIR/kubelet" ]]; then
+		APISERVER_EXTRA_ARGS+=(--enable-aggregator-routing=true)
+	fi
 	local start
 	start="$(aw_now_ms)"
 	if cluster_up && { ((with_nodes == 0)) || nodes_up; } && { ((with_kubelet == 0)) || kubelet_up; }; then

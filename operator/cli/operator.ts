@@ -124,7 +124,7 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
   let tls: TlsFiles | undefined = options.tlsCertFile && options.tlsPrivateKeyFile ? { certFile: options.tlsCertFile, keyFile: options.tlsPrivateKeyFile } : undefined;
   // Over HTTPS the history is also an aggregated API, reached through the API server: requests
   // it proxies carry its front-proxy certificate and name the user it authenticated.
-  // The trust is read again every few minutes, as aggregated API servers watch it: the API server
+  // The trust is read again every minute, as aggregated API servers watch it: the API server
   // rewrites the ConfigMap when its front-proxy CA rotates.
   if (tls) {
     const { trust, problem } = await readFrontProxyTrust(client);

@@ -13,8 +13,7 @@
 // Discovery is served as legacy discovery (the APIResourceList of the version), which is what the
 // aggregator falls back to; it names one resource with the one verb it answers.
 import type { IncomingMessage, ServerResponse } from "node:http";
-import type { historyReads } from "./serve.ts";
-import { runNames } from "./serve.ts";
+import { runNames, sendJson, type HistoryRead } from "./serve.ts";
 
 export const HISTORY_GROUP = "history.watchdog.dev";
 export const HISTORY_VERSION = "v1alpha1";
@@ -49,37 +48,37 @@ function status(code: number, reason: string, message: string) {
   return { kind: "Status", apiVersion: "v1", metadata: {}, status: "Failure", message, reason, code };
 }
 
-export function historyApiRoute(read: ReturnType<typeof historyReads>) {
+export function historyApiRoute(read: HistoryRead) {
   return async (req: IncomingMessage, res: ServerResponse, url: URL): Promise<boolean> => {
     const path = url.pathname.replace(/\/$/, "");
     const item = ITEM.exec(url.pathname);
     if (!item && path !== `/apis/${GROUP_VERSION}` && path !== `/apis/${HISTORY_GROUP}`) {
       if (!url.pathname.startsWith(`/apis/${HISTORY_GROUP}/`)) return false;
       // Lists, watches and paths of other shapes in the group are not served.
-      send(res, req, 404, status(404, "NotFound", "the server could not find the requested resource"));
+      sendJson(req, res, 404, status(404, "NotFound", "the server could not find the requested resource"));
       return true;
     }
     if (req.method !== "GET" && req.method !== "HEAD") {
-      send(res, req, 405, status(405, "MethodNotAllowed", `${req.method ?? "?"} is not supported: the history is read only`), { allow: "GET, HEAD" });
+      sendJson(req, res, 405, status(405, "MethodNotAllowed", `${req.method ?? "?"} is not supported: the history is read only`), { allow: "GET, HEAD" });
       return true;
     }
     // Discovery tells what exists, nothing about any run: it is served to whoever asks, as the
     // aggregator's availability check needs.
     if (!item) {
-      send(res, req, 200, path === `/apis/${HISTORY_GROUP}` ? GROUP : RESOURCE_LIST);
+      sendJson(req, res, 200, path === `/apis/${HISTORY_GROUP}` ? GROUP : RESOURCE_LIST);
       return true;
     }
     const names = runNames(item[1] as string, item[2] as string);
     if ("error" in names) {
-      send(res, req, 400, status(400, "BadRequest", names.error));
+      sendJson(req, res, 400, status(400, "BadRequest", names.error));
       return true;
     }
     const answer = await read(req, names.namespace, names.name, url.searchParams.get("uid"));
     if (answer.code !== 200) {
-      send(res, req, answer.code, status(answer.code, answer.reason, answer.error), answer.headers);
+      sendJson(req, res, answer.code, status(answer.code, answer.reason, answer.error), answer.headers);
       return true;
     }
-    send(res, req, 200, {
+    sendJson(req, res, 200, {
       apiVersion: GROUP_VERSION,
       kind: HISTORY_KIND,
       metadata: { namespace: names.namespace, name: names.name },
@@ -87,9 +86,4 @@ export function historyApiRoute(read: ReturnType<typeof historyReads>) {
     });
     return true;
   };
-}
-
-function send(res: ServerResponse, req: IncomingMessage, code: number, body: unknown, headers: Record<string, string> = {}) {
-  res.writeHead(code, { "content-type": "application/json", "cache-control": "no-store", ...headers });
-  res.end(req.method === "HEAD" ? undefined : `${JSON.stringify(body)}\n`);
 }

@@ -90,20 +90,26 @@ export function runNames(encodedNamespace: string, encodedName: string): { names
   return { namespace, name };
 }
 
+/** A history read as historyReads makes it, for the routes that serve it. */
+export type HistoryRead = ReturnType<typeof historyReads>;
+
+/** Writes a JSON answer (no body for HEAD); history is never to be cached. */
+export function sendJson(req: IncomingMessage, res: ServerResponse, code: number, body: unknown, headers: Record<string, string> = {}): void {
+  res.writeHead(code, { "content-type": "application/json", "cache-control": "no-store", ...headers });
+  res.end(req.method === "HEAD" ? undefined : `${JSON.stringify(body)}\n`);
+}
+
 export function historyRoute(reader: HistoryReader | undefined, access: HistoryAccess, options: HistoryRouteOptions = { maxConcurrentReads: 4 }) {
   return historyPathRoute(historyReads(reader, access, options));
 }
 
 /** GET /history/<namespace>/<name>: the history as the ledger holds it, errors as {error}. */
-export function historyPathRoute(read: ReturnType<typeof historyReads>) {
+export function historyPathRoute(read: HistoryRead) {
   return async (req: IncomingMessage, res: ServerResponse, url: URL): Promise<boolean> => {
     const byName = PATH.exec(url.pathname);
     const bare = url.pathname === "/history" || url.pathname === "/history/";
     if (!byName && !bare) return false;
-    const send = (code: number, body: unknown, headers: Record<string, string> = {}) => {
-      res.writeHead(code, { "content-type": "application/json", "cache-control": "no-store", ...headers });
-      res.end(req.method === "HEAD" ? undefined : `${JSON.stringify(body)}\n`);
-    };
+    const send = (code: number, body: unknown, headers: Record<string, string> = {}) => sendJson(req, res, code, body, headers);
     if (req.method !== "GET" && req.method !== "HEAD") {
       send(405, { error: `method ${req.method ?? "?"} not allowed` }, { allow: "GET, HEAD" });
       return true;

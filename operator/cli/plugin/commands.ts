@@ -5,6 +5,7 @@ import type { AgentRunStatus } from "../../api/agentrun.ts";
 import { ANNOTATIONS } from "../../api/annotations.ts";
 import { isConflict, paths, type Json } from "../../kube/client.ts";
 import { formatHistory } from "../../ledger/format.ts";
+import type { RunHistory } from "../../ledger/read.ts";
 import { escapeTerminal } from "../terminal.ts";
 import type { Invocation } from "./args.ts";
 import { Cluster, CliError, explainFailure, loadKubeConfig } from "./cluster.ts";
@@ -46,7 +47,6 @@ export class Context {
     return this.inv.databaseUrl;
   }
 }
-
 
 const statusOf = (run: Json) => (run.status ?? {}) as AgentRunStatus;
 const metaOf = (run: Json) => run.metadata as { name: string; namespace: string; uid?: string; resourceVersion?: string; annotations?: Record<string, string> };
@@ -116,7 +116,7 @@ export async function runTimeline(ctx: Context, run: Json, fromStatus = false): 
             return undefined;
           },
         )
-      : ctx.cluster.getHistory(meta.name ?? ctx.run, meta.namespace).then(({ history: h, problem }) => {
+      : ctx.cluster.getHistory(meta.name, meta.namespace).then(({ history: h, problem }) => {
           const mine = historyOfUid(h, meta.uid);
           if (problem) notes.push(problem);
           else if (!mine) notes.push("the ledger holds nothing for this run yet");
@@ -146,28 +146,26 @@ async function describe(ctx: Context): Promise<number> {
 async function history(ctx: Context): Promise<number> {
   const url = ctx.databaseUrl;
   const notes: string[] = [];
+  // The ledger answers for runs the cluster no longer has, so it is asked first: at the URL when
+  // one is given, else through the API server with the user's own credentials.
+  let found: RunHistory | undefined;
   if (url) {
-    // The ledger answers for runs the cluster no longer has, so it is asked first.
     try {
-      const found = await readLedger(url, { namespace: ctx.namespace, name: ctx.run });
-      if (found) {
-        ctx.io.out(ctx.inv.output === "json" ? `${JSON.stringify(found, null, 2)}\n` : formatHistory(found));
-        return 0;
-      }
-      notes.push(`the ledger at ${ledgerName(url)} holds no history for ${ctx.namespace}/${ctx.run}`);
+      found = await readLedger(url, { namespace: ctx.namespace, name: ctx.run });
+      if (!found) notes.push(`the ledger at ${ledgerName(url)} holds no history for ${ctx.namespace}/${ctx.run}`);
     } catch (err) {
       if (!(err instanceof LedgerError)) throw err;
       ctx.io.err(`warning: ${escapeTerminal(err.message)}; showing what the cluster still holds\n`);
       notes.push(`the ledger could not be read`);
     }
   } else {
-    // Without a ledger URL, through the API server with the user's own credentials.
-    const { history: found, problem } = await ctx.cluster.getHistory(ctx.run, ctx.namespace);
-    if (found) {
-      ctx.io.out(ctx.inv.output === "json" ? `${JSON.stringify(found, null, 2)}\n` : formatHistory(found));
-      return 0;
-    }
-    if (problem) notes.push(problem);
+    const answer = await ctx.cluster.getHistory(ctx.run, ctx.namespace);
+    found = answer.history;
+    if (answer.problem) notes.push(answer.problem);
+  }
+  if (found) {
+    ctx.io.out(ctx.inv.output === "json" ? `${JSON.stringify(found, null, 2)}\n` : formatHistory(found));
+    return 0;
   }
 
   const run = await ctx.cluster.getRun(ctx.run, ctx.namespace);

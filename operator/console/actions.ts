@@ -1,4 +1,4 @@
-// The console's actions are kubectl agentrun's own commands, run with the user's kubeconfig: the
+// The console's actions are kubectl agentrun's own commands, run as the console's user: the
 // same checks, the same preconditions, the same refusals and the same sentences, so the console
 // can do nothing the plugin would not.
 import { isDnsLabel, isDnsSubdomain } from "../api/names.ts";
@@ -51,7 +51,7 @@ export function invocationFor(console: Context, action: ActionName, body: unknow
 export async function act(console: Context, inv: Invocation): Promise<{ status: number; message: string }> {
   let out = "";
   let err = "";
-  const code = await execute(inv, console.env, { out: (t) => void (out += t), err: (t) => void (err += t) }, console.now);
+  const code = await execute(inv, console.env, { out: (t) => void (out += t), err: (t) => void (err += t) }, console.now, { cluster: console.cluster });
   if (code === 0) return { status: 200, message: out.trim() };
   const message = err.trim().replace(/^error: /, "");
   const status = message.startsWith("forbidden") ? 403 : / not found in namespace /.test(message) ? 404 : message.startsWith("cannot reach") ? 502 : 409;

@@ -70,20 +70,42 @@ export class Guard {
 
   /** A write: also from this console's own pages, as JSON. */
   checkWrite(req: IncomingMessage): Verdict {
-    const site = req.headers["sec-fetch-site"];
-    const origin = req.headers.origin;
-    if ((site !== undefined && site !== "same-origin") || origin === undefined || origin.toLowerCase() !== `http://${(req.headers.host ?? "").toLowerCase()}`) {
-      return { ok: false, status: 403, message: "cross-site request refused: actions are taken only from the console's own pages" };
-    }
-    if (!(req.headers["content-type"] ?? "").startsWith("application/json")) {
-      return { ok: false, status: 415, message: "actions are sent as application/json" };
-    }
-    return { ok: true };
+    return checkWrite(req);
   }
 
   /** The cookie that keeps the session once the link has been opened: never readable by scripts, never sent cross-site. */
   cookie(): string {
     if (this.cookieName === undefined) throw new Error("the console has no session cookie before it listens");
     return `${this.cookieName}=${this.token}; HttpOnly; SameSite=Strict; Path=/`;
+  }
+}
+
+/**
+ * Whether the request comes from the console's own pages: the browser's Origin names the host the
+ * request was sent to (its scheme may differ, behind a proxy that ends TLS), and Sec-Fetch-Site,
+ * when sent, says same-origin. A page of another site can send neither.
+ */
+export function fromOwnPage(req: Pick<IncomingMessage, "headers">): boolean {
+  const site = req.headers["sec-fetch-site"];
+  const host = (req.headers.host ?? "").toLowerCase();
+  return (site === undefined || site === "same-origin") && host !== "" && originHost(req.headers.origin) === host;
+}
+
+/** A write: from the console's own pages, as JSON. */
+export function checkWrite(req: Pick<IncomingMessage, "headers">): Verdict {
+  if (!fromOwnPage(req)) return { ok: false, status: 403, message: "cross-site request refused: actions are taken only from the console's own pages" };
+  if (!(req.headers["content-type"] ?? "").startsWith("application/json")) {
+    return { ok: false, status: 415, message: "actions are sent as application/json" };
+  }
+  return { ok: true };
+}
+
+function originHost(origin: string | undefined): string | undefined {
+  if (origin === undefined) return undefined;
+  try {
+    const url = new URL(origin);
+    return url.protocol === "http:" || url.protocol === "https:" ? url.host.toLowerCase() : undefined;
+  } catch {
+    return undefined;
   }
 }

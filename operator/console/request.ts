@@ -61,29 +61,34 @@ export function runOf(url: URL): { namespace: string; name: string } {
   return { namespace, name };
 }
 
-/** The body as JSON (an empty one is {}): 413 when larger than MAX_BODY, 400 when not JSON. */
-export function readJson(req: IncomingMessage): Promise<unknown> {
+/** The body as text: 413 when larger than `limit` bytes. */
+export function readBody(req: IncomingMessage, limit: number): Promise<string> {
   return new Promise((resolve, reject) => {
     let size = 0;
     const chunks: Buffer[] = [];
     const collect = (chunk: Buffer) => {
       size += chunk.length;
-      if (size <= MAX_BODY) return void chunks.push(chunk);
+      if (size <= limit) return void chunks.push(chunk);
       // The rest is read and dropped rather than the socket torn down, so the client gets the
       // answer instead of a reset connection.
       req.off("data", collect);
       req.resume();
-      reject(new BadRequest(413, `the request is larger than ${MAX_BODY} bytes`));
+      reject(new BadRequest(413, `the request is larger than ${limit} bytes`));
     };
     req.on("data", collect);
     req.once("error", reject);
     req.once("end", () => {
-      if (size > MAX_BODY) return;
-      try {
-        resolve(JSON.parse(Buffer.concat(chunks).toString("utf8") || "{}"));
-      } catch (err) {
-        reject(new BadRequest(400, `the request is not valid JSON: ${(err as Error).message}`));
-      }
+      if (size <= limit) resolve(Buffer.concat(chunks).toString("utf8"));
     });
   });
+}
+
+/** The body as JSON (an empty one is {}): 413 when larger than MAX_BODY, 400 when not JSON. */
+export async function readJson(req: IncomingMessage): Promise<unknown> {
+  const text = await readBody(req, MAX_BODY);
+  try {
+    return JSON.parse(text || "{}");
+  } catch (err) {
+    throw new BadRequest(400, `the request is not valid JSON: ${(err as Error).message}`);
+  }
 }

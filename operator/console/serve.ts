@@ -5,9 +5,13 @@ import { existsSync } from "node:fs";
 import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { fileURLToPath } from "node:url";
+import { loadKubeConfig } from "../cli/plugin/cluster.ts";
 import type { Context } from "../cli/plugin/commands.ts";
+import { KubernetesAccess } from "../metrics/access.ts";
+import { LinkGate, type Gate } from "./gate.ts";
 import { Guard } from "./guard.ts";
 import { createConsoleServer, type ConsoleOptions } from "./server.ts";
+import { SignInGate } from "./sign-in.ts";
 
 /** Where the built pages are: beside this file, in a clone (npm run build:console) and in the package. */
 export const UI_DIR = fileURLToPath(new URL("./ui/dist/", import.meta.url));
@@ -23,7 +27,7 @@ export interface ListeningConsole {
 }
 
 /**
- * The console's server listening on address:port, and its guard told where: the Host names it
+ * The console's server listening on address:port, and its gate told where: the Host names it
  * answers for and the port that names its session cookie.
  */
 export async function listenConsole(options: ConsoleOptions, address: string, port: number): Promise<ListeningConsole> {
@@ -35,7 +39,7 @@ export async function listenConsole(options: ConsoleOptions, address: string, po
   const bound = (server.address() as AddressInfo).port;
   const hostName = address.includes(":") ? `[${address}]` : address;
   const names = LOOPBACK.has(address) ? ["127.0.0.1", "localhost", "[::1]"] : [hostName];
-  options.guard.listening(bound, [...new Set([hostName, ...names])]);
+  options.gate.listening(bound, [...new Set([hostName, ...names])]);
   return { server, port: bound, hostName };
 }
 
@@ -70,25 +74,42 @@ export async function serveConsole(ctx: Context): Promise<number> {
     ctx.io.err(`error: the console's pages are not built (no ${uiDir}index.html): run npm run build:console\n`);
     return 1;
   }
-  const { address = "127.0.0.1", port = 8090 } = ctx.inv;
+  const { address = "127.0.0.1", port = 8090, tls } = ctx.inv;
   // Made before listening, so a bad kubeconfig is reported before any link is printed.
   const cluster = ctx.cluster;
-  const guard = new Guard(randomBytes(32).toString("base64url"));
+  let gate: Gate;
+  let token: string | undefined;
+  if (ctx.inv.inCluster) {
+    // The console's own identity only asks the API server whose tokens users present.
+    gate = new SignInGate({ base: loadKubeConfig(ctx.inv, ctx.env), authenticator: new KubernetesAccess(cluster.client), inv: ctx.inv, env: ctx.env, now: ctx.now });
+  } else {
+    token = randomBytes(32).toString("base64url");
+    gate = new LinkGate(new Guard(token), ctx);
+  }
   let listening: ListeningConsole;
   try {
-    listening = await listenConsole({ ctx, guard, uiDir }, address, port);
+    listening = await listenConsole({ gate, uiDir, ...(tls ? { tls } : {}) }, address, port);
   } catch (err) {
     ctx.io.err(`error: cannot listen on ${address}:${port}: ${(err as Error).message}\n`);
     return 1;
   }
   const { server, hostName, port: bound } = listening;
-  ctx.io.out(
-    `Console for context "${cluster.contextName}" as user "${cluster.userName}" (${cluster.server}):\n` +
-      `  http://${hostName}:${bound}/?token=${guard.token}\n` +
-      "Every read and action is made with this kubeconfig. Ctrl-C stops the console.\n",
-  );
-  if (!LOOPBACK.has(address)) {
-    ctx.io.err(`warning: listening on ${address}, not loopback: anyone who can reach it and has the link acts as this kubeconfig's user\n`);
+  const scheme = tls ? "https" : "http";
+  if (token === undefined) {
+    ctx.io.out(
+      `Console for the users of ${cluster.server}, each signed in with their own token:\n` +
+        `  ${scheme}://${hostName}:${bound}/signin\n` +
+        `Its own identity ("${cluster.userName}") only reviews tokens. Ctrl-C stops the console.\n`,
+    );
+  } else {
+    ctx.io.out(
+      `Console for context "${cluster.contextName}" as user "${cluster.userName}" (${cluster.server}):\n` +
+        `  ${scheme}://${hostName}:${bound}/?token=${token}\n` +
+        "Every read and action is made with this kubeconfig. Ctrl-C stops the console.\n",
+    );
+    if (!LOOPBACK.has(address)) {
+      ctx.io.err(`warning: listening on ${address}, not loopback: anyone who can reach it and has the link acts as this kubeconfig's user\n`);
+    }
   }
   await new Promise<void>((resolve) => {
     const stop = () => resolve();

@@ -1,22 +1,24 @@
 // The console's HTTP server: its built pages, a JSON API and event streams under /api/, all behind
-// the guard (guard.ts). It holds no credentials of its own: every read and every action goes to
-// the API server with the user's kubeconfig, so RBAC decides, exactly as with kubectl.
+// the gate (gate.ts). It holds no credentials of its own: every read and every action goes to
+// the API server as the user the gate admitted, so RBAC decides, exactly as with kubectl.
 import { readFile } from "node:fs/promises";
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import { extname, join, normalize, sep } from "node:path";
 import { explainFailure } from "../cli/plugin/cluster.ts";
 import type { Context } from "../cli/plugin/commands.ts";
+import { createServing, type TlsFiles } from "../metrics/server.ts";
 import { act, invocationFor, type ActionName } from "./actions.ts";
 import { runDetails, runLogs } from "./details.ts";
-import type { Guard } from "./guard.ts";
+import type { Answer, Gate } from "./gate.ts";
 import { BadRequest, decodedPath, namespaceOf, readJson, requestUrl, runOf } from "./request.ts";
 import { EventStream, streamRun, streamRuns } from "./streams.ts";
 
 export interface ConsoleOptions {
-  ctx: Context;
-  guard: Guard;
+  gate: Gate;
   /** The built pages (index.html and assets/). */
   uiDir: string;
+  /** Serve HTTPS with this certificate. */
+  tls?: TlsFiles;
 }
 
 const TYPES: Record<string, string> = {
@@ -38,14 +40,23 @@ const SECURITY_HEADERS = {
   "X-Frame-Options": "DENY",
 };
 
-function json(res: ServerResponse, status: number, body: unknown): void {
-  res.writeHead(status, { ...SECURITY_HEADERS, "Content-Type": "application/json; charset=utf-8", "Cache-Control": "no-store" });
-  res.end(JSON.stringify(body));
+function send(res: ServerResponse, answer: Answer): void {
+  if (answer.json !== undefined) {
+    res.writeHead(answer.status, { ...SECURITY_HEADERS, ...answer.headers, "Content-Type": "application/json; charset=utf-8", "Cache-Control": "no-store" });
+    return void res.end(JSON.stringify(answer.json));
+  }
+  const body = answer.html ?? "";
+  res.writeHead(answer.status, { ...SECURITY_HEADERS, ...answer.headers, ...(body ? { "Content-Type": "text/html; charset=utf-8" } : {}), "Cache-Control": "no-store" });
+  res.end(body);
 }
 
-export function createConsoleServer({ ctx, guard, uiDir }: ConsoleOptions): Server {
-  const client = ctx.cluster.client;
+function json(res: ServerResponse, status: number, body: unknown): void {
+  send(res, { status, json: body });
+}
 
+export function createConsoleServer({ gate, uiDir, tls }: ConsoleOptions): Server {
+  // The API server a request's user was served from, for its failure's sentence.
+  const apiServerOf = new WeakMap<ServerResponse, string>();
   async function serveFile(res: ServerResponse, path: string): Promise<void> {
     const file = normalize(join(uiDir, path));
     if (!file.startsWith(uiDir.endsWith(sep) ? uiDir : uiDir + sep)) return json(res, 404, { message: "not found" });
@@ -61,13 +72,12 @@ export function createConsoleServer({ ctx, guard, uiDir }: ConsoleOptions): Serv
     res.end(body);
   }
 
-  async function api(req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
+  async function api(req: IncomingMessage, res: ServerResponse, url: URL, ctx: Context, user: { user: string; context: string }): Promise<void> {
     const route = `${req.method} ${url.pathname}`;
+    const client = ctx.cluster.client;
     switch (route) {
-      case "GET /api/session": {
-        const kc = ctx.cluster;
-        return json(res, 200, { context: ctx.inv.context ?? kc.contextName, server: kc.server, user: kc.userName, namespace: ctx.namespace, ledger: ctx.databaseUrl !== undefined });
-      }
+      case "GET /api/session":
+        return json(res, 200, { context: user.context, server: ctx.cluster.server, user: user.user, namespace: ctx.namespace, ledger: ctx.databaseUrl !== undefined });
       // Each route checks the names it is given before any API path is built from them (runOf,
       // namespaceOf): the client joins them into paths, where ".." or "/" would reach other objects.
       case "GET /api/stream/runs": {
@@ -89,7 +99,7 @@ export function createConsoleServer({ ctx, guard, uiDir }: ConsoleOptions): Serv
       case "POST /api/run/resume":
       case "POST /api/run/approve":
       case "POST /api/run/reject": {
-        const write = guard.checkWrite(req);
+        const write = gate.checkWrite(req);
         if (!write.ok) return json(res, write.status ?? 403, { message: write.message });
         const body = await readJson(req);
         // Checks the namespace and name in the body, as runOf does for the query.
@@ -106,17 +116,16 @@ export function createConsoleServer({ ctx, guard, uiDir }: ConsoleOptions): Serv
   async function respond(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = requestUrl(req.url);
     const path = decodedPath(url);
-    // Opening the printed link: the token becomes a cookie, and leaves the address bar.
-    if (req.method === "GET" && url.pathname === "/" && url.searchParams.has("token")) {
-      if (!guard.hostAllowed(req) || !guard.sameToken(url.searchParams.get("token") ?? undefined)) {
-        return json(res, 401, { message: "This link's session token is not this console's: open the link kubectl agentrun console printed." });
-      }
-      res.writeHead(303, { ...SECURITY_HEADERS, "Set-Cookie": guard.cookie(), Location: "/", "Cache-Control": "no-store" });
-      return void res.end();
+    const own = await gate.route(req, url);
+    if (own) return send(res, own);
+    const admitted = await gate.admit(req);
+    if (!admitted.ok) {
+      // A person opening a page is shown where to sign in; the pages' own calls get the status.
+      if (admitted.signIn && req.method === "GET" && !url.pathname.startsWith("/api/")) return send(res, { status: 303, headers: { Location: "./signin" } });
+      return json(res, admitted.status, { message: admitted.message });
     }
-    const verdict = guard.check(req);
-    if (!verdict.ok) return json(res, verdict.status ?? 401, { message: verdict.message });
-    if (url.pathname.startsWith("/api/")) return api(req, res, url);
+    apiServerOf.set(res, admitted.ctx.cluster.server);
+    if (url.pathname.startsWith("/api/")) return api(req, res, url, admitted.ctx, admitted);
     if (req.method !== "GET") return json(res, 405, { message: "only GET here" });
     return serveFile(res, url.pathname === "/" ? "index.html" : path.slice(1));
   }
@@ -124,16 +133,16 @@ export function createConsoleServer({ ctx, guard, uiDir }: ConsoleOptions): Serv
   function fail(res: ServerResponse, err: unknown): void {
     if (res.headersSent) return void res.end();
     if (err instanceof BadRequest) return json(res, err.status, { message: err.message });
-    const message = err instanceof Error && err.name === "CliError" ? err.message : explainFailure(err, client.server);
+    const message = err instanceof Error && err.name === "CliError" ? err.message : explainFailure(err, apiServerOf.get(res) ?? "the API server");
     json(res, /forbidden/.test(message) ? 403 : / not found in namespace /.test(message) ? 404 : 502, { message });
   }
 
   // Whatever a request holds, its failure is its own answer: nothing it sends can throw out of
   // here (an exception in a request handler would stop the whole server), not even an answer
   // that cannot be written.
-  return createServer((req, res) => {
+  return createServing((req, res) => {
     respond(req, res)
       .catch((err: unknown) => fail(res, err))
       .catch(() => res.destroy());
-  });
+  }, tls);
 }

@@ -35,27 +35,11 @@ export interface TlsFiles {
 
 const CERT_RELOAD_INTERVAL_MS = 30_000;
 
-export function listen(address: string, routes: Route[], tls?: TlsFiles): Promise<Server | undefined> {
-  const bind = parseBindAddress(address);
-  if (!bind) return Promise.resolve(undefined);
-  const handler = (req: IncomingMessage, res: ServerResponse) => {
-    void (async () => {
-      let url: URL;
-      try {
-        url = new URL(req.url ?? "/", "http://localhost");
-      } catch {
-        res.writeHead(400, { "content-type": "text/plain" }).end("malformed URL\n");
-        return;
-      }
-      try {
-        for (const route of routes) if (await route(req, res, url)) return;
-        res.writeHead(404, { "content-type": "text/plain" }).end("not found\n");
-      } catch (err) {
-        res.writeHead(500, { "content-type": "text/plain" }).end(`${String(err)}\n`);
-      }
-    })();
-  };
-  let server: Server;
+/**
+ * An HTTP server for `handler`, or an HTTPS one when given a certificate: its files (and the
+ * client CA, if any) are looked at again every reload interval, so a renewal needs no restart.
+ */
+export function createServing(handler: (req: IncomingMessage, res: ServerResponse) => void, tls?: TlsFiles): Server {
   if (tls) {
     let clientCa = tls.clientCa?.();
     const read = () => ({ cert: readFileSync(tls.certFile), key: readFileSync(tls.keyFile), ...(clientCa ? { ca: clientCa } : {}) });
@@ -86,10 +70,32 @@ export function listen(address: string, routes: Route[], tls?: TlsFiles): Promis
       unwatchFile(tls.keyFile, reload);
       clearInterval(caWatch);
     });
-    server = secure;
-  } else {
-    server = createServer(handler);
+    return secure;
   }
+  return createServer(handler);
+}
+
+export function listen(address: string, routes: Route[], tls?: TlsFiles): Promise<Server | undefined> {
+  const bind = parseBindAddress(address);
+  if (!bind) return Promise.resolve(undefined);
+  const handler = (req: IncomingMessage, res: ServerResponse) => {
+    void (async () => {
+      let url: URL;
+      try {
+        url = new URL(req.url ?? "/", "http://localhost");
+      } catch {
+        res.writeHead(400, { "content-type": "text/plain" }).end("malformed URL\n");
+        return;
+      }
+      try {
+        for (const route of routes) if (await route(req, res, url)) return;
+        res.writeHead(404, { "content-type": "text/plain" }).end("not found\n");
+      } catch (err) {
+        res.writeHead(500, { "content-type": "text/plain" }).end(`${String(err)}\n`);
+      }
+    })();
+  };
+  const server = createServing(handler, tls);
   return new Promise((resolve, reject) => {
     server.once("error", reject);
     server.listen(bind.port, bind.host, () => resolve(server));

@@ -2,20 +2,24 @@
 // API server and a real operator: `kubectl agentrun console` runs as a process with a kubeconfig,
 // and the test uses its pages as a person would. What it may do is what that kubeconfig may do.
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { request as httpRequest } from "node:http";
+import { execFileSync } from "node:child_process";
+import { request as httpRequest, type IncomingHttpHeaders } from "node:http";
+import { request as httpsRequest } from "node:https";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Browser, Page } from "playwright-core";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
-import { paths, type Json, type KubeClient } from "../../operator/kube/client.ts";
+import { KubeClient, paths, type Json } from "../../operator/kube/client.ts";
 import { createLogger } from "../../operator/log.ts";
 import { Sandbox } from "../../operator/sandbox/index.ts";
 import { createRun, deleteNamespace, getRun, kube, kubeconfigPath, listPods, newNamespace, ofAttempt, runManifest } from "../support/cluster.ts";
 import { freePort, startOperator, type OperatorProcess } from "../support/operator-process.ts";
 import { setPodPhase } from "../support/sandbox.ts";
 import { waitFor } from "../support/wait.ts";
-import { accessibilityViolations, annotationsOf, launchBrowser, readOnlyKubeconfig, screenshotPath, startConsole, type ConsoleProcess } from "./support.ts";
+import { serviceAccountToken } from "../../harness/service-account.ts";
+import { loadKubeConfig } from "../../operator/cli/plugin/cluster.ts";
+import { accessibilityViolations, annotationsOf, launchBrowser, READ_RUNS, readOnlyKubeconfig, screenshotPath, SIGN_IN_LINK, startConsole, tokenKubeconfig, type ConsoleProcess } from "./support.ts";
 
 const quick = { heartbeatTimeout: "30s", backoff: { initial: "1s", factor: 2, max: "4s" } };
 
@@ -107,15 +111,16 @@ async function awaitingApproval(name: string, question: string): Promise<{ answe
   return { answer };
 }
 
-/** A raw HTTP request to the console, with headers a browser would not let a page set. */
-function raw(console: ConsoleProcess, method: string, path: string, headers: Record<string, string>, body?: string): Promise<{ status: number; body: string }> {
+/** A raw HTTP request to the console, with headers a browser would not let a page set; `ca` trusts its certificate. */
+function raw(console: ConsoleProcess, method: string, path: string, headers: Record<string, string>, body?: string, ca?: string): Promise<{ status: number; body: string; headers: IncomingHttpHeaders }> {
   const url = new URL(path, console.origin);
   return new Promise((resolve, reject) => {
-    const req = httpRequest(url, { method, headers }, (res) => {
+    const send = url.protocol === "https:" ? httpsRequest : httpRequest;
+    const req = send(url, { method, headers, ...(ca ? { ca } : {}) }, (res) => {
       let text = "";
       res.setEncoding("utf8");
       res.on("data", (c: string) => (text += c));
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, body: text }));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, body: text, headers: res.headers }));
     });
     req.once("error", reject);
     req.end(body);
@@ -333,6 +338,98 @@ describe("a user who may only read", () => {
       expect((await getRun(client, ns, "held")).status.phase).toBe("NeedsHumanIntervention");
     } finally {
       await viewer.stop();
+    }
+  });
+});
+
+describe("the console in a cluster (--in-cluster)", () => {
+  it("serves each user who signs in as themselves: the API server checks the token, then decides every read and action", async () => {
+    const adminConfig = parseYaml(readFileSync(kubeconfigPath(), "utf8")) as Json;
+    // The console's own identity may create TokenReviews and nothing else: whatever it shows was
+    // read with a user's token.
+    const reviewer = `agentrun-console-reviewer-${ns}`;
+    const rbac = "/apis/rbac.authorization.k8s.io/v1";
+    await client.create(`${rbac}/clusterroles`, { apiVersion: "rbac.authorization.k8s.io/v1", kind: "ClusterRole", metadata: { name: reviewer }, rules: [{ apiGroups: ["authentication.k8s.io"], resources: ["tokenreviews"], verbs: ["create"] }] });
+    const selfToken = await serviceAccountToken(client, ns, "console-self", []);
+    await client.create(`${rbac}/clusterrolebindings`, {
+      apiVersion: "rbac.authorization.k8s.io/v1",
+      kind: "ClusterRoleBinding",
+      metadata: { name: reviewer },
+      roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: reviewer },
+      subjects: [{ kind: "ServiceAccount", name: "console-self", namespace: ns }],
+    });
+    const self = tokenKubeconfig(adminConfig, ns, "console-self", selfToken, join(dir, "console-self.json"));
+    const viewerToken = await serviceAccountToken(client, ns, "console-viewer", READ_RUNS);
+    const editorToken = await serviceAccountToken(client, ns, "console-editor", [...READ_RUNS, { apiGroups: ["watchdog.dev"], resources: ["agentruns"], verbs: ["patch"] }]);
+    const nobodyToken = await serviceAccountToken(client, ns, "console-nobody", []);
+    execFileSync("openssl", ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", join(dir, "console.key"), "-out", join(dir, "console.crt")], { stdio: "ignore" });
+    const ca = readFileSync(join(dir, "console.crt"), "utf8");
+    const inCluster = await startConsole(self, ["-n", ns, "--in-cluster", "--tls-cert-file", join(dir, "console.crt"), "--tls-private-key-file", join(dir, "console.key")], SIGN_IN_LINK);
+    // bypassCSP: the accessibility check injects a script, which the console forbids.
+    const context = await browser.newContext({ ignoreHTTPSErrors: true, bypassCSP: true });
+    try {
+      expect(inCluster.origin).toMatch(/^https:/);
+      await needingAPerson("held-in-cluster");
+      const host = new URL(inCluster.origin).host;
+      const as = (token: string) => ({ Host: host, Authorization: `Bearer ${token}` });
+      const write = { "Content-Type": "application/json", Origin: inCluster.origin };
+      const resume = JSON.stringify({ namespace: ns, name: "held-in-cluster" });
+
+      // No token, or one the API server does not accept: nothing; a page is sent to sign in.
+      const page0 = await raw(inCluster, "GET", "/", { Host: host }, undefined, ca);
+      expect([page0.status, page0.headers.location]).toEqual([303, "./signin"]);
+      expect((await raw(inCluster, "GET", "/api/session", { Host: host }, undefined, ca)).status).toBe(401);
+      expect((await raw(inCluster, "GET", "/api/session", as("not-a-token"), undefined, ca)).status).toBe(401);
+      // The console itself may read no run.
+      await expect(new KubeClient(loadKubeConfig({ kubeconfig: self }, {})).get(paths.runs(ns))).rejects.toThrow(/forbidden/);
+
+      // Each user is who the API server says, and may do what RBAC lets them.
+      const session = await raw(inCluster, "GET", "/api/session", as(viewerToken), undefined, ca);
+      expect(session.status).toBe(200);
+      expect(JSON.parse(session.body)).toMatchObject({ user: `system:serviceaccount:${ns}:console-viewer`, namespace: ns });
+      const nobody = await raw(inCluster, "GET", `/api/run/details?namespace=${ns}&name=held-in-cluster`, as(nobodyToken), undefined, ca);
+      expect(nobody.status).toBe(403);
+      expect(nobody.body).toContain(`system:serviceaccount:${ns}:console-nobody`);
+      const viewerResume = await raw(inCluster, "POST", "/api/run/resume", { ...as(viewerToken), ...write }, resume, ca);
+      expect(viewerResume.status).toBe(403);
+      expect(viewerResume.body).toMatch(new RegExp(`console-viewer.*cannot patch resource \\\\?"agentruns`));
+      expect(await annotationsOf(client, ns, "held-in-cluster")).not.toHaveProperty("watchdog.dev/resume");
+      const editorResume = await raw(inCluster, "POST", "/api/run/resume", { ...as(editorToken), ...write }, resume, ca);
+      expect(editorResume.status, editorResume.body).toBe(200);
+      expect(await annotationsOf(client, ns, "held-in-cluster")).toHaveProperty("watchdog.dev/resume");
+
+      // Signing in: only from the console's own page, only with a token the API server accepts.
+      const form = { Host: host, "Content-Type": "application/x-www-form-urlencoded" };
+      expect((await raw(inCluster, "POST", "/signin", { ...form, Origin: "https://evil.example" }, `token=${viewerToken}`, ca)).status).toBe(403);
+      expect((await raw(inCluster, "POST", "/signin", { ...form, Origin: inCluster.origin }, "token=not-a-token", ca)).status).toBe(401);
+
+      // In a browser: sent to the sign-in page, signed in, then the runs as that user.
+      const page = await context.newPage();
+      pages.push(page);
+      await page.goto(`${inCluster.origin}/`);
+      expect(page.url()).toBe(`${inCluster.origin}/signin`);
+      expect(await accessibilityViolations(page)).toEqual([]);
+      await page.getByLabel(/Your bearer token/).fill(viewerToken);
+      await page.getByRole("button", { name: "Sign in" }).click();
+      await page.waitForURL(`${inCluster.origin}/`);
+      await page.getByTestId("live").filter({ hasText: "Live" }).waitFor({ timeout: 15_000 });
+      await row(page, "held-in-cluster").waitFor({ timeout: 15_000 });
+      expect(await page.locator("header").textContent()).toContain("console-viewer");
+      // The cookie names a session kept on the server: the token itself never reaches the browser.
+      const port = new URL(inCluster.origin).port;
+      const cookies = await context.cookies();
+      expect(cookies).toEqual([expect.objectContaining({ name: `agentrun_console_${port}`, httpOnly: true, secure: true, sameSite: "Strict" })]);
+      expect(cookies[0]!.value).not.toContain(viewerToken.slice(0, 40));
+      const cookie = `${cookies[0]!.name}=${cookies[0]!.value}`;
+      expect((await raw(inCluster, "GET", "/api/session", { Host: host, Cookie: cookie }, undefined, ca)).status).toBe(200);
+      // Signed out, the session is gone.
+      expect((await raw(inCluster, "POST", "/signout", { Host: host, Cookie: cookie, Origin: inCluster.origin }, undefined, ca)).status).toBe(303);
+      expect((await raw(inCluster, "GET", "/api/session", { Host: host, Cookie: cookie }, undefined, ca)).status).toBe(401);
+    } finally {
+      await context.close();
+      await inCluster.stop();
+      await client.delete(`${rbac}/clusterrolebindings/${reviewer}`).catch(() => undefined);
+      await client.delete(`${rbac}/clusterroles/${reviewer}`).catch(() => undefined);
     }
   });
 });

@@ -13,16 +13,20 @@ const root = fileURLToPath(new URL("../..", import.meta.url));
 
 export interface ConsoleProcess {
   child: ChildProcess;
-  /** The printed link, with its session token. */
+  /** The printed link, with its session token (or, in a cluster, the sign-in page's). */
   link: string;
-  /** http://host:port */
+  /** http://host:port, or https:// when it serves TLS */
   origin: string;
   token: string;
   output: () => string;
   stop(): Promise<void>;
 }
 
-export async function startConsole(kubeconfig: string, args: string[] = []): Promise<ConsoleProcess> {
+/** The link a console prints: the laptop's carries its token; the one in a cluster, its sign-in page. */
+const LINK = /http:\/\/\S+\?token=\S+/;
+export const SIGN_IN_LINK = /https?:\/\/\S+\/signin/;
+
+export async function startConsole(kubeconfig: string, args: string[] = [], link = LINK): Promise<ConsoleProcess> {
   const child = spawn(process.execPath, [`${root}operator/cli/kubectl-agentrun.ts`, "console", "--port", "0", "--kubeconfig", kubeconfig, ...args], {
     env: { ...process.env, DATABASE_URL: "" },
     stdio: ["ignore", "pipe", "pipe"],
@@ -30,16 +34,16 @@ export async function startConsole(kubeconfig: string, args: string[] = []): Pro
   let output = "";
   child.stdout!.on("data", (c: Buffer) => (output += c.toString()));
   child.stderr!.on("data", (c: Buffer) => (output += c.toString()));
-  const link = await waitFor("the console's link", () => {
+  const printed = await waitFor("the console's link", () => {
     if (child.exitCode !== null) throw new Error(`the console exited ${child.exitCode}: ${output}`);
-    return /http:\/\/\S+\?token=\S+/.exec(output)?.[0];
+    return link.exec(output)?.[0];
   }, { timeoutMs: 30_000 });
-  const url = new URL(link);
+  const url = new URL(printed);
   return {
     child,
-    link,
+    link: printed,
     origin: url.origin,
-    token: url.searchParams.get("token")!,
+    token: url.searchParams.get("token") ?? "",
     output: () => output,
     stop: async () => {
       if (child.exitCode !== null) return;
@@ -75,27 +79,35 @@ export async function accessibilityViolations(page: Page): Promise<{ id: string;
   });
 }
 
+export const READ_RUNS: Json[] = [
+  { apiGroups: ["watchdog.dev"], resources: ["agentruns"], verbs: ["get", "list", "watch"] },
+  { apiGroups: ["events.k8s.io"], resources: ["events"], verbs: ["get", "list", "watch"] },
+];
+
+/** A kubeconfig for the admin kubeconfig's cluster, as the ServiceAccount `name` of `namespace` with `token`. */
+export function tokenKubeconfig(adminKubeconfig: Json, namespace: string, name: string, token: string, file: string): string {
+  const cluster = (adminKubeconfig.clusters as Json[])[0]!;
+  const user = `system:serviceaccount:${namespace}:${name}`;
+  const kubeconfig = {
+    apiVersion: "v1",
+    kind: "Config",
+    clusters: [cluster],
+    users: [{ name: user, user: { token } }],
+    contexts: [{ name, context: { cluster: cluster.name, user, namespace } }],
+    "current-context": name,
+  };
+  writeFileSync(file, JSON.stringify(kubeconfig));
+  return file;
+}
+
 /**
  * A user who may only read AgentRuns in `namespace` (get, list, watch; Events too): a
  * ServiceAccount bound to such a Role, and a kubeconfig with a token the API server issued for it.
  */
 export async function readOnlyKubeconfig(client: KubeClient, namespace: string, adminKubeconfig: Json, file: string): Promise<string> {
   const name = "console-viewer";
-  const token = await serviceAccountToken(client, namespace, name, [
-    { apiGroups: ["watchdog.dev"], resources: ["agentruns"], verbs: ["get", "list", "watch"] },
-    { apiGroups: ["events.k8s.io"], resources: ["events"], verbs: ["get", "list", "watch"] },
-  ]);
-  const cluster = (adminKubeconfig.clusters as Json[])[0]!;
-  const kubeconfig = {
-    apiVersion: "v1",
-    kind: "Config",
-    clusters: [cluster],
-    users: [{ name: `system:serviceaccount:${namespace}:${name}`, user: { token } }],
-    contexts: [{ name: "viewer", context: { cluster: cluster.name, user: `system:serviceaccount:${namespace}:${name}`, namespace } }],
-    "current-context": "viewer",
-  };
-  writeFileSync(file, JSON.stringify(kubeconfig));
-  return file;
+  const token = await serviceAccountToken(client, namespace, name, READ_RUNS);
+  return tokenKubeconfig(adminKubeconfig, namespace, name, token, file);
 }
 
 /** The run's annotations, as the API server has them. */

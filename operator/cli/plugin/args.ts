@@ -27,6 +27,23 @@ export interface Invocation {
   /** console: where it listens. */
   port?: number;
   address?: string;
+  /** console: serve users who sign in with their own token, not the kubeconfig's user. */
+  inCluster?: boolean;
+  /** console: serve HTTPS with this certificate and key (PEM files, reloaded when they change). */
+  tls?: { certFile: string; keyFile: string };
+}
+
+/** Where and how the console serves: its address, whether it signs users in, its certificate. */
+function consoleOptions(values: Partial<Record<Flag, string | boolean>>, port: number, command: CommandName): Pick<Invocation, "port" | "address" | "inCluster" | "tls"> {
+  const certFile = values["tls-cert-file"] as string | undefined;
+  const keyFile = values["tls-private-key-file"] as string | undefined;
+  if ((certFile === undefined) !== (keyFile === undefined)) throw new UsageError("--tls-cert-file and --tls-private-key-file go together", command);
+  return {
+    port,
+    address: (values.address as string | undefined) ?? "127.0.0.1",
+    ...(values["in-cluster"] === true ? { inCluster: true } : {}),
+    ...(certFile !== undefined && keyFile !== undefined ? { tls: { certFile, keyFile } } : {}),
+  };
 }
 
 /** What the command line asks for: help text to print, or a command to run. */
@@ -58,6 +75,9 @@ const OPTIONS = {
   "approval-id": { type: "string" },
   port: { type: "string" },
   address: { type: "string" },
+  "in-cluster": { type: "boolean" },
+  "tls-cert-file": { type: "string" },
+  "tls-private-key-file": { type: "string" },
   help: { type: "boolean", short: "h" },
 } as const;
 type Flag = keyof typeof OPTIONS;
@@ -190,17 +210,27 @@ Sets spec.suspend to false: the run is queued again as a new attempt.`,
   console: {
     summary: "serve the web console (runs, a run's timeline, the intervention queue) with your kubeconfig",
     run: false,
-    flags: ["port", "address", "database-url-file"],
+    flags: ["port", "address", "database-url-file", "in-cluster", "tls-cert-file", "tls-private-key-file"],
     outputs: ["table"],
     usage: `Usage: kubectl agentrun console [--port 8090] [--address 127.0.0.1] [--database-url-file FILE]
+       kubectl agentrun console --in-cluster [--address 0.0.0.0] [--tls-cert-file F --tls-private-key-file F]
 
 Serves the web console on http://ADDRESS:PORT and prints its link, which carries a session token:
 the console refuses any request without it. Every read and every action is made with your
 kubeconfig's identity, so RBAC decides what you see and may do, exactly as with kubectl. Stops on
 Ctrl-C.
 
+With --in-cluster the console serves many people, each as themselves: every request carries the
+user's own bearer token (an Authorization header set by an authenticating proxy in front, or a
+token signed in at /signin and kept on the server behind a session cookie). The API server checks
+the token (TokenReview) and then every read and action is made with it; the console's own identity
+(the pod's ServiceAccount, or the kubeconfig) only asks for those TokenReviews.
+
       --port PORT               port to listen on (default 8090; 0 picks a free one)
       --address ADDRESS         address to listen on (default 127.0.0.1, this machine only)
+      --in-cluster              serve signed-in users, each with their own token (above)
+      --tls-cert-file FILE      serve HTTPS with this certificate (PEM, reloaded when it changes)
+      --tls-private-key-file F  and this key
 ${LEDGER_HELP}`,
   },
 };
@@ -306,6 +336,12 @@ export function parse(argv: readonly string[], env: NodeJS.ProcessEnv): Parsed {
     }
   }
 
+  if (command === "console" && values["in-cluster"] === true && databaseUrl !== undefined) {
+    // Read with the console's database credentials, the ledger would answer anyone signed in;
+    // through the API server (agentrunhistories) each user reads only runs they may get.
+    throw new UsageError("--in-cluster takes no ledger URL (--database-url-file or DATABASE_URL): signed-in users read history through the API server, as themselves", command);
+  }
+
   return {
     invocation: {
       command,
@@ -320,7 +356,7 @@ export function parse(argv: readonly string[], env: NodeJS.ProcessEnv): Parsed {
       ...(values.answer !== undefined ? { answer: values.answer as string } : {}),
       ...(values.reason !== undefined ? { reason: values.reason as string } : {}),
       ...(values["approval-id"] !== undefined ? { approvalId: values["approval-id"] as string } : {}),
-      ...(command === "console" ? { port, address: (values.address as string | undefined) ?? "127.0.0.1" } : {}),
+      ...(command === "console" ? consoleOptions(values, port, command) : {}),
     },
   };
 }

@@ -26,11 +26,13 @@ export class Context {
   readonly now: () => number;
   private connected?: Cluster;
 
-  constructor(inv: Invocation, env: NodeJS.ProcessEnv, io: Io, now: () => number = Date.now) {
+  /** `cluster`: act as that connection instead of the kubeconfig's (the console's signed-in user). */
+  constructor(inv: Invocation, env: NodeJS.ProcessEnv, io: Io, now: () => number = Date.now, cluster?: Cluster) {
     this.inv = inv;
     this.env = env;
     this.io = io;
     this.now = now;
+    if (cluster) this.connected = cluster;
   }
 
   get cluster(): Cluster {
@@ -336,9 +338,12 @@ function dispatch(ctx: Context, handlers: { console?: CommandHandler }): Promise
   }
 }
 
-/** Runs one command; every failure becomes one line on stderr and exit code 1. */
-export async function execute(inv: Invocation, env: NodeJS.ProcessEnv, io: Io, now: () => number = Date.now, handlers: { console?: CommandHandler } = {}): Promise<number> {
-  const ctx = new Context(inv, env, io, now);
+/**
+ * Runs one command; every failure becomes one line on stderr and exit code 1. `cluster`, when
+ * given, is who the command acts as (the console hands in the user it serves).
+ */
+export async function execute(inv: Invocation, env: NodeJS.ProcessEnv, io: Io, now: () => number = Date.now, handlers: { console?: CommandHandler; cluster?: Cluster } = {}): Promise<number> {
+  const ctx = new Context(inv, env, io, now, handlers.cluster);
   try {
     return await dispatch(ctx, handlers);
   } catch (err) {

@@ -11,6 +11,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { parse } from "../../../operator/cli/plugin/args.ts";
 import { Context } from "../../../operator/cli/plugin/commands.ts";
 import { Guard } from "../../../operator/console/guard.ts";
+import { LinkGate } from "../../../operator/console/gate.ts";
 import { MAX_BODY, MAX_URL } from "../../../operator/console/request.ts";
 import { listenConsole, type ListeningConsole } from "../../../operator/console/serve.ts";
 import { paths } from "../../../operator/kube/client.ts";
@@ -28,7 +29,7 @@ async function startConsole(token = TOKEN): Promise<ListeningConsole> {
   const parsed = parse(["console", "--kubeconfig", api.kubeconfig], {});
   if (!("invocation" in parsed)) throw new Error("not an invocation");
   const ctx = new Context(parsed.invocation, {}, { out: () => undefined, err: () => undefined });
-  const listening = await listenConsole({ ctx, guard: new Guard(token), uiDir }, "127.0.0.1", 0);
+  const listening = await listenConsole({ gate: new LinkGate(new Guard(token), ctx), uiDir }, "127.0.0.1", 0);
   consoles.push(listening);
   return listening;
 }

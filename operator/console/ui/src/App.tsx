@@ -201,6 +201,9 @@ function SessionMissing() {
         Run <code>kubectl agentrun console</code> and open the link it prints: it carries the session token, which the console keeps in a cookie
         for this browser.
       </p>
+      <p>
+        If this console runs in the cluster, <a href="./signin">sign in</a> with your own token.
+      </p>
     </>
   );
 }

@@ -57,7 +57,9 @@ export class Controller {
   constructor(client: KubeClient, metrics: Metrics, recorder: EventRecorder, log: Logger, options: ControllerOptions) {
     this.options = options;
     this.queue = new WorkQueue(metrics.queueMetrics());
-    this.wakeups = new Wakeups((key) => this.queue.add(key), () => client.clock.now());
+    // A wake-up is a deadline come (a hung sandbox's kill among them): it goes before the
+    // reconciles that watch events (heartbeats) queue.
+    this.wakeups = new Wakeups((key) => this.queue.addDue(key), () => client.clock.now());
     this.index = new RunIndex();
     this.nodeCache = new NodeCache(client, { resyncMs: options.resyncMs, silenceMs: options.watchSilenceMs, log });
     this.reconciler = new Reconciler(client, this.index, recorder, metrics, {

@@ -5,7 +5,10 @@
 // - failed keys come back after max(per-key exponential backoff, overall token bucket);
 // - keys added "when idle" are handed out only when no other key waits, so that work which may
 //   trail (a run's mirror annotations) takes only the workers' idle time; a plain add makes such a
-//   key urgent again.
+//   key urgent again;
+// - keys whose deadline has come (addDue: a hung sandbox's kill, a backoff's end) are handed out
+//   before any other: under a flood of watch events (heartbeats) a kill waits for a free worker,
+//   never behind the flood.
 
 import type { QueueMetrics } from "../metrics/metrics.ts";
 
@@ -57,7 +60,12 @@ export class TokenBucket {
 }
 
 export class WorkQueue {
-  private readonly queue: string[] = [];
+  /** Keys waiting at due priority, oldest first (also in `dirty`). */
+  private readonly dueQueue = new Set<string>();
+  /** Dirty keys with a deadline that has come: handed out first. */
+  private readonly due = new Set<string>();
+  /** Keys waiting at normal priority, oldest first (also in `dirty`). */
+  private readonly queue = new Set<string>();
   /** Keys waiting at idle priority, oldest first (also in `dirty`). */
   private readonly idleQueue = new Set<string>();
   /** Dirty keys whose pending work is idle work only. */
@@ -88,6 +96,23 @@ export class WorkQueue {
     this.dirty.add(key);
     this.addedAt.set(key, performance.now());
     if (this.processing.has(key)) return; // re-queued by done()
+    this.push(key);
+  }
+
+  /** Adds a key whose deadline has come: handed out before every other waiting key. */
+  addDue(key: string): void {
+    if (this.shuttingDown) return;
+    this.metrics.add();
+    this.due.add(key);
+    this.idle.delete(key);
+    if (this.dirty.has(key)) {
+      // Waiting already, at another priority: it moves to the front.
+      if (this.queue.delete(key) || this.idleQueue.delete(key)) this.push(key);
+      return;
+    }
+    this.dirty.add(key);
+    this.addedAt.set(key, performance.now());
+    if (this.processing.has(key)) return; // re-queued by done(), still due
     this.push(key);
   }
 
@@ -136,7 +161,7 @@ export class WorkQueue {
 
   /** The next key to process, or undefined once the queue is shut down. */
   get(): Promise<string | undefined> {
-    const key = this.queue.shift() ?? this.shiftIdle();
+    const key = first(this.dueQueue) ?? first(this.queue) ?? first(this.idleQueue);
     if (key !== undefined) return Promise.resolve(this.take(key));
     if (this.shuttingDown) return Promise.resolve(undefined);
     return new Promise((resolve) => this.waiters.push(resolve));
@@ -151,7 +176,7 @@ export class WorkQueue {
   }
 
   get length(): number {
-    return this.queue.length + this.idleQueue.size;
+    return this.dueQueue.size + this.queue.size + this.idleQueue.size;
   }
 
   /** How long the oldest key being processed has been at it (ms), 0 when idle. */
@@ -174,20 +199,16 @@ export class WorkQueue {
       waiter(this.take(key));
       return;
     }
-    if (this.idle.has(key)) this.idleQueue.add(key);
-    else this.queue.push(key);
+    if (this.due.has(key)) this.dueQueue.add(key);
+    else if (this.idle.has(key)) this.idleQueue.add(key);
+    else this.queue.add(key);
     this.metrics.depth(this.length);
-  }
-
-  private shiftIdle(): string | undefined {
-    const key = this.idleQueue.values().next().value;
-    if (key !== undefined) this.idleQueue.delete(key);
-    return key;
   }
 
   private take(key: string): string {
     this.dirty.delete(key);
     this.idle.delete(key);
+    this.due.delete(key);
     this.processing.add(key);
     const added = this.addedAt.get(key);
     if (added !== undefined) this.metrics.latency((performance.now() - added) / 1000);
@@ -196,4 +217,11 @@ export class WorkQueue {
     this.metrics.depth(this.length);
     return key;
   }
+}
+
+/** Takes the oldest key of a set, in insertion order. */
+function first(keys: Set<string>): string | undefined {
+  const key = keys.values().next().value;
+  if (key !== undefined) keys.delete(key);
+  return key;
 }

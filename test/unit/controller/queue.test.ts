@@ -56,6 +56,39 @@ describe("WorkQueue", () => {
     expect(await q.get()).toBe("a");
   });
 
+  it("hands out a key whose deadline came before every other, even one already waiting behind a flood", async () => {
+    const q = new WorkQueue();
+    for (let i = 0; i < 100; i++) q.add(`heartbeat-${i}`);
+    q.addWhenIdle("mirror");
+    q.add("hung");
+    q.addDue("hung"); // its deadline: it leaves its place at the back
+    q.addDue("backoff-over");
+    expect(q.length).toBe(103);
+    expect(await q.get()).toBe("hung");
+    expect(await q.get()).toBe("backoff-over");
+    expect(await q.get()).toBe("heartbeat-0");
+    // An idle key whose deadline comes is due, not idle.
+    q.addDue("mirror");
+    expect(await q.get()).toBe("mirror");
+    // Due twice is queued once; a plain add does not demote it.
+    q.addDue("x");
+    q.addDue("x");
+    q.add("x");
+    expect(q.length).toBe(99 + 1);
+    expect(await q.get()).toBe("x");
+  });
+
+  it("keeps a due key that is being processed due for after it is done", async () => {
+    const q = new WorkQueue();
+    q.add("a");
+    const taken = await q.get();
+    q.add("b");
+    q.addDue("a");
+    q.done(taken!);
+    expect(await q.get()).toBe("a");
+    expect(await q.get()).toBe("b");
+  });
+
   it("backs a failing key off exponentially and forgets it on success", () => {
     const b = new ItemBackoff(5, 1000);
     expect([b.when("k"), b.when("k"), b.when("k"), b.when("k")]).toEqual([5, 10, 20, 40]);

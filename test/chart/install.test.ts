@@ -2,11 +2,12 @@
 // every object with every feature on, then a real helm install into a namespace that enforces the
 // restricted Pod Security Standard, and a helm uninstall.
 import { randomBytes } from "node:crypto";
+import { request as httpsRequest } from "node:https";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isNotFound, type Json, type KubeClient } from "../../operator/kube/client.ts";
 import { kube } from "../support/cluster.ts";
 import { waitFor } from "../support/wait.ts";
-import { allFeatures, featureChart, helm, kubectl, ok, parseManifests, refusal, restrictedNamespace, template, writeValues } from "./support.ts";
+import { allFeatures, featureChart, helm, kubectl, ok, parseManifests, refusal, requestToken, restrictedNamespace, template, testCluster, writeValues } from "./support.ts";
 
 const CRD = "agentruns.watchdog.dev";
 
@@ -21,6 +22,31 @@ afterAll(async () => {
   for (const ns of namespaces) await client.delete(`/api/v1/namespaces/${ns}`).catch(() => {});
 });
 
+/** Which FlowSchema and priority level the API server put a request in (from its answer's headers). */
+function classify(token: string, method: string, path: string): Promise<{ schema: string | undefined; level: string | undefined }> {
+  const { server, caData } = testCluster();
+  return new Promise((resolve, reject) => {
+    const body = method === "PATCH" ? "{}" : undefined;
+    const req = httpsRequest(
+      new URL(path, server),
+      {
+        method,
+        ...(caData ? { ca: Buffer.from(caData, "base64") } : {}),
+        headers: { Authorization: `Bearer ${token}`, ...(body ? { "Content-Type": "application/merge-patch+json" } : {}) },
+      },
+      (res) => {
+        res.resume();
+        res.once("end", () => {
+          const header = (name: string) => res.headers[name] as string | undefined;
+          resolve({ schema: header("x-kubernetes-pf-flowschema-uid"), level: header("x-kubernetes-pf-prioritylevel-uid") });
+        });
+      },
+    );
+    req.once("error", reject);
+    req.end(body);
+  });
+}
+
 /** Where each kind of object the chart renders lives in the API. */
 function pathOf(object: Json): string {
   const meta = object.metadata as { name: string; namespace?: string };
@@ -32,8 +58,10 @@ function pathOf(object: Json): string {
     ConfigMap: "configmaps",
     CustomResourceDefinition: "customresourcedefinitions",
     Deployment: "deployments",
+    FlowSchema: "flowschemas",
     NetworkPolicy: "networkpolicies",
     PodDisruptionBudget: "poddisruptionbudgets",
+    PriorityLevelConfiguration: "prioritylevelconfigurations",
     Role: "roles",
     RoleBinding: "rolebindings",
     Secret: "secrets",
@@ -178,6 +206,8 @@ describe("helm install and uninstall", () => {
         "ValidatingAdmissionPolicyBinding",
         "APIService",
         "Secret",
+        "FlowSchema",
+        "PriorityLevelConfiguration",
       ]),
     );
     for (const object of installed) expect(await exists(pathOf(object)), `${String(object.kind)} ${(object.metadata as Json).name}`).toBe(true);
@@ -225,6 +255,29 @@ describe("helm install and uninstall", () => {
     });
     expect(policy.status.typeChecking.expressionWarnings ?? []).toEqual([]);
     expect(policy.status.conditions ?? []).not.toContainEqual(expect.objectContaining({ status: "False" }));
+  });
+
+  it("puts the operator's requests, and sandboxes' writes to runs, into priority levels of their own", async () => {
+    const flowcontrol = "/apis/flowcontrol.apiserver.k8s.io/v1";
+    const uid = async (path: string) => (await client.get<any>(path)).metadata.uid as string;
+    const operatorSchema = await uid(`${flowcontrol}/flowschemas/${fullname}-operator`);
+    const operatorLevel = await uid(`${flowcontrol}/prioritylevelconfigurations/${fullname}-operator`);
+    const sandboxSchema = await uid(`${flowcontrol}/flowschemas/${fullname}-sandboxes`);
+    const sandboxLevel = await uid(`${flowcontrol}/prioritylevelconfigurations/${fullname}-sandboxes`);
+    await client.create(`/api/v1/namespaces/${ns}/serviceaccounts`, { apiVersion: "v1", kind: "ServiceAccount", metadata: { name: "a-sandbox" } }).catch(() => undefined);
+    const operatorToken = await requestToken(client, ns, fullname);
+    const sandboxToken = await requestToken(client, ns, "a-sandbox");
+    const runs = `/apis/watchdog.dev/v1alpha1/namespaces/${ns}/agentruns`;
+    // The API server says in every answer which FlowSchema and priority level it put the request
+    // in (whether or not the request is then allowed).
+    const asOperator = await classify(operatorToken, "PATCH", `${runs}/some-run/status`);
+    expect(asOperator).toEqual({ schema: operatorSchema, level: operatorLevel });
+    expect(await classify(operatorToken, "DELETE", `/api/v1/namespaces/${ns}/pods/some-pod`)).toEqual(asOperator);
+    expect(await classify(sandboxToken, "PATCH", `${runs}/some-run/status`)).toEqual({ schema: sandboxSchema, level: sandboxLevel });
+    expect(await classify(sandboxToken, "GET", `${runs}/some-run`)).toEqual({ schema: sandboxSchema, level: sandboxLevel });
+    // Anything else a service account does stays where it was (the built-in service-accounts).
+    const other = await classify(sandboxToken, "GET", `/api/v1/namespaces/${ns}/configmaps`);
+    expect([operatorSchema, sandboxSchema]).not.toContain(other.schema);
   });
 
   it("is removed by helm uninstall, except the CRD it keeps", async () => {

@@ -151,7 +151,11 @@ describe("helm template with the default values", () => {
         "ConfigMap/agent-watchdog-defaults",
         "CustomResourceDefinition/agentruns.watchdog.dev",
         "Deployment/agent-watchdog",
+        "FlowSchema/agent-watchdog-operator",
+        "FlowSchema/agent-watchdog-sandboxes",
         "PodDisruptionBudget/agent-watchdog",
+        "PriorityLevelConfiguration/agent-watchdog-operator",
+        "PriorityLevelConfiguration/agent-watchdog-sandboxes",
         "Role/agent-watchdog-leader-election",
         "Role/agent-watchdog-node-leases",
         "RoleBinding/agent-watchdog-leader-election",
@@ -171,7 +175,7 @@ describe("helm template with the default values", () => {
     for (const o of objects) {
       const meta = o.metadata as any;
       expect(meta.labels["app.kubernetes.io/instance"], `${o.kind} ${meta.name}`).toBe(RELEASE);
-      const clusterScoped = ["APIService", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"];
+      const clusterScoped = ["APIService", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "FlowSchema", "PriorityLevelConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"];
       // The node Leases live in kube-node-lease, the front proxy's trust is read in kube-system;
       // everything else namespaced is the release's.
       const namespace = (meta.name as string).endsWith("-node-leases") ? "kube-node-lease" : (meta.name as string).endsWith("-auth-reader") ? "kube-system" : NS;
@@ -532,6 +536,8 @@ describe("the values schema and the templates refuse bad values with a clear mes
     ["the history API over plain HTTP", { metrics: { tls: { enabled: false } } }, [], /history\.apiService\.enabled needs metrics\.tls\.enabled/],
     ["the history API with no CA to trust it by", { metrics: { tls: { secretName: "mine" } } }, [], /history\.apiService: no CA to trust the operator with; put ca\.crt in the Secret mine, set history\.apiService\.caBundle/],
     ["an operator ServiceAccount that looks like a sandbox", { serviceAccount: { name: "ops-sandbox" } }, [], /ends in -sandbox, which marks sandbox identities/],
+    ["sandboxes' FlowSchema matched before the operator's", { apiPriority: { operator: { matchingPrecedence: 900 } } }, [], /apiPriority\.operator\.matchingPrecedence \(900\) must be below apiPriority\.sandboxes\.matchingPrecedence \(850\)/],
+    ["a priority level with no share", { apiPriority: { sandboxes: { nominalConcurrencyShares: 0 } } }, [], /\/apiPriority\/sandboxes\/nominalConcurrencyShares.*minimum/],
   ];
   for (const [what, values, args, message] of cases) {
     it(`refuses ${what}`, async () => {

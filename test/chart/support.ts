@@ -191,7 +191,7 @@ interface KubeconfigFile {
   clusters: { name: string; cluster: { server: string; "certificate-authority-data"?: string } }[];
 }
 
-function testCluster(): { server: string; caData?: string } {
+export function testCluster(): { server: string; caData?: string } {
   const file = parseYaml(readFileSync(inject("kubeconfig"), "utf8")) as KubeconfigFile;
   const cluster = file.clusters[0]!.cluster;
   return { server: cluster.server, caData: cluster["certificate-authority-data"] };

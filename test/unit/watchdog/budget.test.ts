@@ -308,6 +308,7 @@ describe("resume", () => {
     const w = exhaustedRun();
     const stops = metrics(w).length;
     w.annotate("watchdog.dev/resume", "again");
+    expect(w.reconcile().summary).toBe("resume refused: tokens budget exhausted");
     const plan = w.settle();
     expect(w.status).toMatchObject({ phase: "NeedsHumanIntervention", reason: "BudgetExhausted", attempt: 1 });
     expect(w.status.message).toBe("token budget exhausted: 100000 of 100000 tokens spent; the resume is refused: raise spec.budget.tokens, then resume");
@@ -337,6 +338,8 @@ describe("BudgetWarning", () => {
     w.report({ outputTokens: 800, toolCalls: 1 });
     w.settle();
     expect(warnings(w).map((e) => e.note)).toEqual(["token budget 80% spent: 800 of 1000 tokens spent"]);
+    expect(w.events().filter((e) => e.reason === "BudgetWarning")).toEqual([expect.objectContaining({ type: "Warning", action: "Warn" })]);
+    expect(w.plans.some((p) => p.summary.includes("budget warning: tokens"))).toBe(true);
     expect(w.status.budgetWarnings).toEqual([{ limit: "tokens", of: "1000", time: expect.any(String) }]);
     w.report({ outputTokens: 900, toolCalls: 8 });
     w.settle();
@@ -345,6 +348,23 @@ describe("BudgetWarning", () => {
     w.settle();
     expect(warnings(w).map((e) => e.note)).toEqual(["token budget 80% spent: 800 of 1000 tokens spent", "tool call budget 80% spent: 8 of 10 tool calls made"]);
     expect(w.events().filter((e) => e.reason === "BudgetWarning").every((e) => e.type === "Warning")).toBe(true);
+  });
+
+  it("is not sent for a run that is already at rest, however much it spent", () => {
+    for (const end of ["completed", "suspended"] as const) {
+      const w = startedWorld({ watchdog: quick, budget: { tokens: 1_000 } });
+      if (end === "suspended") {
+        w.setSpec({ suspend: true });
+        w.settle();
+        w.run.status.heartbeat.usage = { outputTokens: 900 };
+      } else {
+        w.report({ outputTokens: 900 });
+        w.podExit(0);
+      }
+      w.settle();
+      expect(warnings(w), end).toEqual([]);
+      expect(w.status.budgetWarnings ?? [], end).toEqual([]);
+    }
   });
 
   it("warns again at the new threshold once a raised limit is resumed with", () => {

@@ -47,12 +47,7 @@ export class Guard {
   private presented(req: IncomingMessage): string[] {
     const auth = req.headers.authorization;
     if (auth?.startsWith("Bearer ")) return [auth.slice("Bearer ".length).trim()];
-    const tokens: string[] = [];
-    for (const part of (req.headers.cookie ?? "").split(";")) {
-      const [name, ...value] = part.trim().split("=");
-      if (this.cookieName !== undefined && name === this.cookieName) tokens.push(value.join("="));
-    }
-    return tokens;
+    return this.cookieName === undefined ? [] : cookieValues(req, this.cookieName);
   }
 
   hostAllowed(req: IncomingMessage): boolean {
@@ -78,6 +73,16 @@ export class Guard {
     if (this.cookieName === undefined) throw new Error("the console has no session cookie before it listens");
     return `${this.cookieName}=${this.token}; HttpOnly; SameSite=Strict; Path=/`;
   }
+}
+
+/** Every value the request's cookies carry under `name` (another server on the host may have set one too). */
+export function cookieValues(req: Pick<IncomingMessage, "headers">, name: string): string[] {
+  const values: string[] = [];
+  for (const part of (req.headers.cookie ?? "").split(";")) {
+    const [key, ...value] = part.trim().split("=");
+    if (key === name) values.push(value.join("="));
+  }
+  return values;
 }
 
 /**

@@ -8,14 +8,13 @@
 // identity needs no permission but `create tokenreviews`.
 import { createHash, randomBytes } from "node:crypto";
 import type { IncomingMessage } from "node:http";
-import type { KubeConfig } from "@kubernetes/client-node";
-import { KubeConfig as Config } from "@kubernetes/client-node";
+import { KubeConfig } from "@kubernetes/client-node";
 import type { Invocation } from "../cli/plugin/args.ts";
 import { Cluster } from "../cli/plugin/cluster.ts";
 import { Context, type Io } from "../cli/plugin/commands.ts";
-import { bearerToken, type Caller } from "../metrics/access.ts";
+import { bearerToken, ExpiringCache, type Caller } from "../metrics/access.ts";
 import type { Admission, Answer, Gate } from "./gate.ts";
-import { checkWrite, fromOwnPage, type Verdict } from "./guard.ts";
+import { checkWrite, cookieValues, fromOwnPage, type Verdict } from "./guard.ts";
 import { BadRequest, readBody } from "./request.ts";
 import { signInPage } from "./sign-in-page.ts";
 
@@ -52,7 +51,7 @@ const hashOf = (token: string) => createHash("sha256").update(token).digest("hex
 export function kubeconfigAs(base: KubeConfig, token: string, user: string): KubeConfig {
   const cluster = base.getCurrentCluster();
   if (!cluster) throw new Error("the console's kubeconfig names no cluster");
-  const kc = new Config();
+  const kc = new KubeConfig();
   kc.loadFromOptions({
     clusters: [cluster],
     users: [{ name: user, token }],
@@ -62,37 +61,22 @@ export function kubeconfigAs(base: KubeConfig, token: string, user: string): Kub
   return kc;
 }
 
-/** A map bounded in size; insertion order is age order. */
-class Bounded<V> extends Map<string, V> {
-  private readonly limit: number;
-  constructor(limit: number) {
-    super();
-    this.limit = limit;
-  }
-  override set(key: string, value: V): this {
-    super.delete(key);
-    super.set(key, value);
-    while (this.size > this.limit) this.delete(this.keys().next().value as string);
-    return this;
-  }
-}
-
 export class SignInGate implements Gate {
   private readonly options: SignInOptions;
   private readonly now: () => number;
   private readonly ttl: number;
-  /** Session id to the token it stands for, and until when. */
-  private readonly sessions: Bounded<{ token: string; until: number }>;
+  /** Session id to the token it stands for, until the session ends. */
+  private readonly sessions: ExpiringCache<string>;
   /** A connection per token (by its hash), so a user's requests share kept-alive connections. */
-  private readonly clusters: Bounded<Cluster>;
+  private readonly clusters: ExpiringCache<Cluster>;
   private cookieName = "agentrun_console";
 
   constructor(options: SignInOptions) {
     this.options = options;
     this.now = options.now ?? Date.now;
     this.ttl = options.sessionTtlMs ?? SESSION_TTL_MS;
-    this.sessions = new Bounded(options.maxSessions ?? MAX_SESSIONS);
-    this.clusters = new Bounded(options.maxSessions ?? MAX_SESSIONS);
+    this.sessions = new ExpiringCache(options.maxSessions ?? MAX_SESSIONS);
+    this.clusters = new ExpiringCache(options.maxSessions ?? MAX_SESSIONS);
   }
 
   /** The console listens on `port`: its cookie is named for it, as the link's is (any host name will do: the token is the proof). */
@@ -120,19 +104,14 @@ export class SignInGate implements Gate {
     const caller = await this.options.authenticator.authenticate(token);
     if (!caller) return { status: 401, headers: FORM_PAGE, html: signInPage("The API server did not accept this token.") };
     const id = randomBytes(32).toString("base64url");
-    this.sessions.set(id, { token, until: this.now() + this.ttl });
+    this.sessions.set(id, token, this.now() + this.ttl);
     const maxAge = Math.floor(this.ttl / 1000);
     return { status: 303, headers: { "Set-Cookie": `${this.cookieName}=${id}; HttpOnly; Secure; SameSite=Strict; Path=/; Max-Age=${maxAge}`, Location: "./" } };
   }
 
   /** Every session id the request's cookies carry under this console's name. */
   private presentedSessions(req: IncomingMessage): string[] {
-    const ids: string[] = [];
-    for (const part of (req.headers.cookie ?? "").split(";")) {
-      const [name, ...value] = part.trim().split("=");
-      if (name === this.cookieName) ids.push(value.join("="));
-    }
-    return ids;
+    return cookieValues(req, this.cookieName);
   }
 
   /** The request's token: its Authorization header's, else that of a live session of its cookies. */
@@ -141,10 +120,8 @@ export class SignInGate implements Gate {
     if (bearer) return { token: bearer };
     const now = this.now();
     for (const id of this.presentedSessions(req)) {
-      const session = this.sessions.get(id);
-      if (!session) continue;
-      if (session.until > now) return { token: session.token, session: id };
-      this.sessions.delete(id);
+      const token = this.sessions.get(id, now);
+      if (token !== undefined) return { token, session: id };
     }
     return undefined;
   }
@@ -158,10 +135,11 @@ export class SignInGate implements Gate {
       return { ok: false, status: 401, message: "The API server no longer accepts your token: sign in again (open /signin).", signIn: true };
     }
     const key = hashOf(presented.token);
-    let cluster = this.clusters.get(key);
+    const now = this.now();
+    let cluster = this.clusters.get(key, now);
     if (!cluster) {
       cluster = new Cluster(kubeconfigAs(this.options.base, presented.token, caller.username), this.options.inv.namespace);
-      this.clusters.set(key, cluster);
+      this.clusters.set(key, cluster, now + this.ttl);
     }
     const ctx = new Context(this.options.inv, this.options.env, SILENT, this.now, cluster);
     return { ok: true, ctx, user: caller.username, context: "in-cluster" };

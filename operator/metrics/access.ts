@@ -45,7 +45,7 @@ export interface AccessOptions {
 export const ACCESS_DEFAULTS: AccessOptions = { tokenTtlMs: 120_000, decisionTtlMs: 10_000, maxEntries: 4_096, audiences: [] };
 
 /** A map whose entries expire and whose size is bounded; insertion order is age order. */
-class ExpiringCache<V> {
+export class ExpiringCache<V> {
   private readonly entries = new Map<string, { value: V; until: number }>();
   private readonly maxEntries: number;
   constructor(maxEntries: number) {
@@ -62,6 +62,9 @@ class ExpiringCache<V> {
     this.entries.delete(key);
     this.entries.set(key, { value, until });
     while (this.entries.size > this.maxEntries) this.entries.delete(this.entries.keys().next().value as string);
+  }
+  delete(key: string): void {
+    this.entries.delete(key);
   }
 }
 

@@ -14,7 +14,7 @@
 #
 #   build [--all] [TOOL...]  build missing binaries into the cache (default:
 #                            etcd and the kube components; --all adds kwok,
-#                            helm, promtool, prometheus, alertmanager, kubectl
+#                            helm, promtool, prometheus, alertmanager, jaeger, kubectl
 #                            and the kubelet)
 #   up [--nodes|--kubelet]   start the control plane (idempotent); --nodes (or
 #                            CONTROL_PLANE_NODES=1) adds kube-scheduler, kwok
@@ -37,7 +37,7 @@
 #   bin TOOL                 print the path of a tool binary, building it if
 #                            needed (etcd, kube-apiserver, kube-controller-manager,
 #                            kube-scheduler, kwok, helm, promtool, prometheus,
-#                            alertmanager, kubectl, kubelet, syft)
+#                            alertmanager, jaeger, kubectl, kubelet, syft)
 #
 # Stdout carries only results meant for `eval` or `$(...)`; everything else
 # goes to stderr.
@@ -87,7 +87,7 @@ NODE_COMPONENTS=(kube-scheduler kwok)
 source "$HACK_DIR/lib/node.sh"
 
 DEFAULT_TOOLS=(etcd kube-apiserver kube-controller-manager kube-scheduler)
-ALL_TOOLS=("${DEFAULT_TOOLS[@]}" kwok helm promtool prometheus alertmanager kubectl kubelet syft)
+ALL_TOOLS=("${DEFAULT_TOOLS[@]}" kwok helm promtool prometheus alertmanager jaeger kubectl kubelet syft)
 
 # ---------------------------------------------------------------------------
 # Tool versions and build recipes. The versions come from the wrapper modules'
@@ -152,6 +152,7 @@ tool_recipe() {
 		TOOL_CACHE_KEY="$tool-$TOOL_VERSION"
 		;;
 	alertmanager) module_recipe "$tool" alertmanager github.com/prometheus/alertmanager/cmd/alertmanager github.com/prometheus/alertmanager ;;
+	jaeger) module_recipe "$tool" jaeger github.com/jaegertracing/jaeger/cmd/jaeger github.com/jaegertracing/jaeger ;;
 	syft) module_recipe "$tool" syft github.com/anchore/syft/cmd/syft github.com/anchore/syft ;;
 	*)
 		aw_die "unknown tool '$tool' (known: ${ALL_TOOLS[*]})"

@@ -2,12 +2,12 @@
 // rules, and an Alertmanager it sends the alerts to, both built from their pinned Go modules by
 // hack/ and started here on loopback, each in a directory of its own. Nothing is left running:
 // stop() ends both (SIGTERM, then SIGKILL) and waits for them.
-import { spawn, type ChildProcess } from "node:child_process";
-import { closeSync, mkdirSync, openSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { stringify as stringifyYaml } from "yaml";
-import { pollUntil, runScript } from "./cluster.ts";
+import { pollUntil } from "./cluster.ts";
 import { freePort } from "./free-port.ts";
+import { startTool, stopTool, toolBinary, toolReady } from "./tool-process.ts";
 
 export interface AlertPathOptions {
   /** Where the configurations, the data and the logs go. */
@@ -30,43 +30,9 @@ export interface AlertPath {
   stop(): Promise<void>;
 }
 
-async function binary(tool: string): Promise<string> {
-  const { code, stdout } = await runScript("control-plane.sh", ["bin", tool]);
-  if (code !== 0) throw new Error(`hack/control-plane.sh bin ${tool} failed (${code})`);
-  return stdout.trim();
-}
-
-interface Started {
-  child: ChildProcess;
-  exited: Promise<void>;
-}
-
-function start(bin: string, args: string[], logFile: string): Started {
-  const fd = openSync(logFile, "a");
-  const child = spawn(bin, args, { stdio: ["ignore", fd, fd] });
-  closeSync(fd);
-  const exited = new Promise<void>((resolve) => child.once("close", () => resolve()));
-  return { child, exited };
-}
-
-async function stop({ child, exited }: Started): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  child.kill("SIGTERM");
-  const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
-  await exited;
-  clearTimeout(timer);
-}
-
-async function ready(name: string, url: string, process: Started, logFile: string): Promise<void> {
-  await pollUntil(`${name} to be ready`, 60_000, async () => {
-    if (process.child.exitCode !== null) throw new Error(`${name} exited with ${process.child.exitCode}: ${readFileSync(logFile, "utf8").slice(-2000)}`);
-    return (await fetch(`${url}/-/ready`).catch(() => undefined))?.ok === true;
-  });
-}
-
 export async function startAlertPath(options: AlertPathOptions): Promise<AlertPath> {
   const interval = options.interval ?? "1s";
-  const [prometheusBin, alertmanagerBin] = [await binary("prometheus"), await binary("alertmanager")];
+  const [prometheusBin, alertmanagerBin] = [await toolBinary("prometheus"), await toolBinary("alertmanager")];
   const [prometheusPort, alertmanagerPort] = [await freePort(), await freePort()];
   const prometheusUrl = `http://127.0.0.1:${prometheusPort}`;
   const alertmanagerUrl = `http://127.0.0.1:${alertmanagerPort}`;
@@ -75,7 +41,7 @@ export async function startAlertPath(options: AlertPathOptions): Promise<AlertPa
   const alertmanagerConfigFile = join(options.dir, "alertmanager", "alertmanager.yaml");
   writeFileSync(alertmanagerConfigFile, options.alertmanagerConfig);
   const alertmanagerLog = join(options.dir, "alertmanager", "log");
-  const alertmanager = start(
+  const alertmanager = startTool(
     alertmanagerBin,
     [
       `--config.file=${alertmanagerConfigFile}`,
@@ -88,7 +54,7 @@ export async function startAlertPath(options: AlertPathOptions): Promise<AlertPa
   );
   const started = [alertmanager];
   try {
-    await ready("Alertmanager", alertmanagerUrl, alertmanager, alertmanagerLog);
+    await toolReady("Alertmanager", `${alertmanagerUrl}/-/ready`, alertmanager);
     const prometheusConfigFile = join(options.dir, "prometheus", "prometheus.yaml");
     writeFileSync(
       prometheusConfigFile,
@@ -108,7 +74,7 @@ export async function startAlertPath(options: AlertPathOptions): Promise<AlertPa
       }),
     );
     const prometheusLog = join(options.dir, "prometheus", "log");
-    const prometheus = start(
+    const prometheus = startTool(
       prometheusBin,
       [
         `--config.file=${prometheusConfigFile}`,
@@ -120,14 +86,14 @@ export async function startAlertPath(options: AlertPathOptions): Promise<AlertPa
       prometheusLog,
     );
     started.push(prometheus);
-    await ready("Prometheus", prometheusUrl, prometheus, prometheusLog);
+    await toolReady("Prometheus", `${prometheusUrl}/-/ready`, prometheus);
     // Ready is not yet scraping: service discovery hands over its first targets up to 5 s later.
     await pollUntil("Prometheus's first scrape of the operator", 60_000, async () => {
       const body = (await (await fetch(`${prometheusUrl}/api/v1/query?query=up`)).json()) as { data: { result: { value: [number, string] }[] } };
       return body.data.result.some((r) => r.value[1] === "1");
     });
   } catch (err) {
-    await Promise.all(started.map(stop));
+    await Promise.all(started.map(stopTool));
     throw err;
   }
   return {
@@ -138,7 +104,7 @@ export async function startAlertPath(options: AlertPathOptions): Promise<AlertPa
       return body.data.alerts;
     },
     async stop() {
-      await Promise.all(started.reverse().map(stop));
+      await Promise.all(started.reverse().map(stopTool));
     },
   };
 }

@@ -25,7 +25,10 @@ import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { formatHistory } from "../operator/ledger/format.ts";
-import { driveUntilSettled, isSettled } from "./driver.ts";
+import { setTimeout as sleep } from "node:timers/promises";
+import { runTraceId } from "../operator/watchdog/trace-context.ts";
+import { driveUntilSettled, isSettled, type Run } from "./driver.ts";
+import { renderTrace, type Jaeger } from "./jaeger.ts";
 import { emailsByRun, judge, type JudgeContext } from "./judge.ts";
 import { historyReaderToken, ledgerHistory } from "./operator.ts";
 import { parseMetrics } from "./prometheus.ts";
@@ -35,22 +38,42 @@ import { LiveView, bold, dim, green, recentEvents, red, seconds, tty, yellow } f
 import { lastPod, localWorld, realNodeWorld, type DemoWorld, type Step } from "./worlds.ts";
 import { stateRoot } from "./sandbox-runner.ts";
 
-const USAGE = `usage: npm run demo -- [--kubelet] [--once] [--namespace=NAME] [--timeout=SECONDS]
+const USAGE = `usage: npm run demo -- [--kubelet] [--traces] [--once] [--namespace=NAME] [--timeout=SECONDS]
 
   --kubelet         run the sandboxes in real pods on a real node (kubelet, containerd, runc;
                     needs root) and the operator from the project image, installed with the
                     chart; the default runs them as local processes beside a kwok node
+  --traces          start Jaeger (built from its pinned Go module) and have the operator and the
+                    agents export one trace per run to it; prints one run's trace and the query
+                    URL of each (with the local sandboxes only, not --kubelet)
   --once            run to the end without interaction; exit 0 only when every behaviour
                     ended in its expected state
   --namespace=NAME  where the runs go (default ${DEFAULT_NAMESPACE}); it is recreated
   --timeout=SECONDS how long the runs may take to settle (default 300)
 `;
 
+/** One run's trace as Jaeger holds it, and where to query each run's. */
+async function showTrace(jaeger: Jaeger, runs: readonly Run[], behaviour: string): Promise<void> {
+  const shown = runs.find((r) => r.metadata.name === DEMO_RUNS.find((d) => d.behaviour === behaviour)?.name);
+  if (!shown?.metadata.uid) return;
+  const traceId = runTraceId(shown.metadata.uid);
+  // The last spans are exported within moments of the run's end.
+  let spans = await jaeger.trace(traceId);
+  for (let tries = 0; tries < 20 && !spans.some((s) => s.operationName.startsWith("agentrun ")); tries++) {
+    await sleep(250);
+    spans = await jaeger.trace(traceId);
+  }
+  process.stdout.write(`\n${bold(`The trace of ${shown.metadata.name}`)} ${dim(`(${behaviour}; GET ${jaeger.queryUrl}/api/traces/${traceId})`)}\n`);
+  process.stdout.write(`${renderTrace(spans).split("\n").map((l) => `  ${l}`).join("\n")}\n`);
+  process.stdout.write(dim(`  every run's: ${runs.map((r) => `${r.metadata.name} ${runTraceId(r.metadata.uid ?? "")}`).join(", ")}\n`));
+}
+
 async function main(argv: string[]): Promise<number> {
   const { values } = parseArgs({
     args: argv,
     options: {
       kubelet: { type: "boolean" },
+      traces: { type: "boolean" },
       once: { type: "boolean" },
       namespace: { type: "string" },
       timeout: { type: "string" },
@@ -63,6 +86,8 @@ async function main(argv: string[]): Promise<number> {
   }
   const once = values.once ?? false;
   const kubelet = values.kubelet ?? false;
+  const traces = values.traces ?? false;
+  if (traces && kubelet) throw new Error("--traces runs with the local sandboxes only: leave out --kubelet");
   const namespace = values.namespace ?? DEFAULT_NAMESPACE;
   const timeoutS = Number(values.timeout ?? 300);
   if (!/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/.test(namespace)) throw new Error(`--namespace=${namespace} is not a namespace name`);
@@ -106,7 +131,7 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(`${bold("agent-watchdog demo")}: eight agent runs, one per behaviour the watchdog handles, ${where}\n\n`);
     rmSync(demoDir, { recursive: true, force: true });
     mkdirSync(demoDir, { recursive: true });
-    const options = { namespace, dir: demoDir, signal: abort.signal, step };
+    const options = { namespace, dir: demoDir, signal: abort.signal, step, traces };
     world = kubelet ? await realNodeWorld(options) : await localWorld(options);
     const kube = world.client;
     const sandbox = world.sandbox;
@@ -153,6 +178,8 @@ async function main(argv: string[]): Promise<number> {
       const text = history ? formatHistory(history) : "  the ledger holds nothing for it yet\n";
       process.stdout.write(text.split("\n").map((l) => (l ? `  ${l}` : l)).join("\n"));
     }
+
+    if (world.jaeger) await showTrace(world.jaeger, runs, "crash");
 
     const failed = verdicts.filter((v) => !v.ok);
     process.stdout.write("\n");

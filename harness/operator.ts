@@ -22,12 +22,20 @@ export interface OperatorHandle {
 }
 
 /** Starts `node operator/cli/operator.ts` for one namespace, with the ledger, logging to a file. */
-export async function startOperator(options: { kubeconfig: string; namespace: string; databaseUrl: string; logFile: string; signal?: AbortSignal }): Promise<OperatorHandle> {
+export async function startOperator(options: {
+  kubeconfig: string;
+  namespace: string;
+  databaseUrl: string;
+  logFile: string;
+  signal?: AbortSignal;
+  /** More environment (OTEL_* for traces). */
+  env?: Record<string, string>;
+}): Promise<OperatorHandle> {
   const metricsPort = await freePort();
   const healthPort = await freePort();
   const fd = openSync(options.logFile, "a");
   // The ledger's URL in the environment: on the command line ps would show its password.
-  const env: NodeJS.ProcessEnv = { ...process.env, KUBECONFIG: options.kubeconfig, DATABASE_URL: options.databaseUrl };
+  const env: NodeJS.ProcessEnv = { ...process.env, ...options.env, KUBECONFIG: options.kubeconfig, DATABASE_URL: options.databaseUrl };
   delete env.POD_NAME;
   const child = spawn(
     process.execPath,

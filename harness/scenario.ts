@@ -11,6 +11,7 @@ export type Behaviour =
   | "rate-limited"
   | "stall"
   | "await-approval"
+  | "rate-limited-approval"
   | "side-effect-then-crash"
   | "runaway";
 

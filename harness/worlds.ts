@@ -15,6 +15,7 @@ import { RESTRICTED_NAMESPACE, applyCrds, clientFor, exported, freshNamespace, r
 import type { Run } from "./driver.ts";
 import { startOperator, type OperatorHandle } from "./operator.ts";
 import { installOperator, nodeExpose, realNodeStateRoot, realNodeUp } from "./real-node.ts";
+import { startJaeger, type Jaeger } from "./jaeger.ts";
 import { EXAMPLE_ENV, type SandboxOptions } from "./scenario.ts";
 import { dim } from "./view.ts";
 
@@ -26,6 +27,8 @@ export interface WorldOptions {
   dir: string;
   signal: AbortSignal;
   step: Step;
+  /** Start Jaeger and have the operator and the agents export their traces to it. */
+  traces?: boolean;
 }
 
 export interface DemoWorld {
@@ -47,6 +50,8 @@ export interface DemoWorld {
   sandboxLogs: string;
   /** Commands to look around with afterwards. */
   hints: string[];
+  /** The trace backend, when the demo was asked for traces. */
+  jaeger?: Jaeger;
   /** A second Ctrl-C: stop every local process at once, waiting for nothing. */
   kill(): void;
   /** Stops what the demo started, newest first; `quietly` reports each part. */
@@ -136,6 +141,19 @@ export async function localWorld(options: WorldOptions): Promise<DemoWorld> {
     await step("AgentRun CRD", () => applyCrds(client));
     const databaseUrl = await postgresUp(step, undo);
     await step(`namespace ${namespace}`, () => demoNamespace(client, namespace, options, undo, !cluster.started));
+    const jaeger = options.traces
+      ? await step(
+          "Jaeger, for the runs' traces (the first run builds it from its pinned Go module)",
+          async () => {
+            const started = await startJaeger(join(dir, "jaeger"));
+            undo.push("Jaeger", () => started.stop());
+            return started;
+          },
+          (j) => dim(`OTLP ${j.otlpEndpoint}, queries ${j.queryUrl}/api/traces/<trace id>`),
+        )
+      : undefined;
+    // Both the operator and the agents export there; spans are sent every 200 ms.
+    const otlp: Record<string, string> = jaeger ? { OTEL_EXPORTER_OTLP_ENDPOINT: jaeger.otlpEndpoint, OTEL_BSP_SCHEDULE_DELAY: "200" } : {};
     const outboxDir = join(dir, "outbox");
     const logDir = join(dir, "sandboxes");
     mkdirSync(logDir, { recursive: true });
@@ -143,7 +161,7 @@ export async function localWorld(options: WorldOptions): Promise<DemoWorld> {
     operator = await step(
       "operator",
       async () => {
-        const op = await startOperator({ kubeconfig, namespace, databaseUrl, logFile: operatorLog, signal });
+        const op = await startOperator({ kubeconfig, namespace, databaseUrl, logFile: operatorLog, signal, env: otlp });
         undo.push("the operator", () => op.stop());
         return op;
       },
@@ -155,7 +173,7 @@ export async function localWorld(options: WorldOptions): Promise<DemoWorld> {
         const r = new SandboxRunner({
           kubeconfig,
           namespaces: [namespace],
-          env: { ...EXAMPLE_ENV, EXAMPLE_OUTBOX_DIR: outboxDir },
+          env: { ...EXAMPLE_ENV, EXAMPLE_OUTBOX_DIR: outboxDir, ...otlp },
           logDir,
           log: pino({ name: "sandbox-runner", level: "info", timestamp: pino.stdTimeFunctions.isoTime }, pino.destination({ dest: join(dir, "runner.log"), sync: true })),
         });
@@ -184,6 +202,7 @@ export async function localWorld(options: WorldOptions): Promise<DemoWorld> {
       },
       sandboxLogs: logDir,
       hints: [`DATABASE_URL=${databaseUrl} ${process.execPath} operator/ledger/cli.ts history ${namespace} deploy-v2`],
+      ...(jaeger ? { jaeger } : {}),
       kill() {
         for (const p of runner?.running() ?? []) {
           try {

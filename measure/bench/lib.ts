@@ -173,7 +173,14 @@ export function operatorMain(fromSources: boolean): string {
 }
 
 /** Starts the operator (`main`, see operatorMain) for the namespaces; resolves once its metrics answer. */
-export async function startOperator(main: string, kubeconfig: string, namespaces: string[], args: string[] = [], nodeArgs: string[] = []): Promise<OperatorChild> {
+export async function startOperator(
+  main: string,
+  kubeconfig: string,
+  namespaces: string[],
+  args: string[] = [],
+  nodeArgs: string[] = [],
+  env: Record<string, string> = {},
+): Promise<OperatorChild> {
   const metricsPort = await freePort();
   const healthPort = await freePort();
   const spawnedAt = Date.now();
@@ -191,7 +198,7 @@ export async function startOperator(main: string, kubeconfig: string, namespaces
       "--sandbox-service-account=none",
       ...args,
     ],
-    { env: { ...process.env, KUBECONFIG: kubeconfig, POD_NAME: undefined }, stdio: ["ignore", "ignore", "inherit"] },
+    { env: { ...process.env, ...env, KUBECONFIG: kubeconfig, POD_NAME: undefined }, stdio: ["ignore", "ignore", "inherit"] },
   );
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   const metrics = () => fetch(`http://127.0.0.1:${metricsPort}/metrics`).then((r) => r.text());

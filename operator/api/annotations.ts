@@ -47,6 +47,8 @@ export const SANDBOX_ENV = {
   runName: "WATCHDOG_RUN_NAME",
   runNamespace: "WATCHDOG_RUN_NAMESPACE",
   attempt: "WATCHDOG_ATTEMPT",
+  /** W3C Trace Context of the attempt's span, when the operator traces runs. */
+  traceparent: "TRACEPARENT",
 } as const;
 
 /** Field manager name for every write the operator makes. */

@@ -16,6 +16,7 @@ import { KubernetesAccess } from "../metrics/access.ts";
 import { Metrics } from "../metrics/metrics.ts";
 import { SpendingMetrics } from "../metrics/spending.ts";
 import { guarded, listen, probe, type Route, type TlsFiles } from "../metrics/server.ts";
+import { RunTracer, tracingRequested } from "../tracing/tracer.ts";
 import { OptionsError, parseOptions, type OperatorOptions } from "./options.ts";
 
 /**
@@ -76,12 +77,15 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
       serviceAccount: options.sandboxServiceAccount,
       clusterRole: options.sandboxClusterRole,
       tokenExpirationSeconds: Math.round(options.sandboxTokenExpiration / 1000),
+      traceparent: tracingRequested(process.env),
     },
     canWrite,
   });
 
   const ledger = options.databaseUrl ? Ledger.open(options.databaseUrl, { log, listRuns: () => controller.listRuns(), installBudget: options.defaults.budget }) : undefined;
   if (ledger) controller.observe((run) => ledger.observe(run));
+  const tracer = await RunTracer.start(log);
+  if (tracer) controller.observe((run, _executed, before) => tracer.observe(run, before), (key) => tracer.forget(key));
 
   let leading = false;
   const leaderLabels = { name: options.leaderElectionId };
@@ -208,6 +212,7 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
     await within(SHUTDOWN_DRAIN_MS, drained);
     await recorder.flush(SHUTDOWN_DRAIN_MS);
     await ledger?.close(5_000);
+    await tracer?.shutdown();
     for (const server of servers) server?.close();
     log.info("stopped");
     process.exit(0);

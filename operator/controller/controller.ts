@@ -96,9 +96,9 @@ export class Controller {
     this.termStart = new TermStart(client, [...this.runInformers, ...this.podInformers], log);
   }
 
-  /** Calls `observer` with each run after it has been reconciled. */
-  observe(observer: RunObserver): void {
-    this.reconciler.observe(observer);
+  /** Calls `observer` with each run after it has been reconciled, and `forget` once it is gone. */
+  observe(observer: RunObserver, forget?: (key: string) => void): void {
+    this.reconciler.observe(observer, forget);
   }
 
   /** Starts the informers; followers run them too, so that a new leader starts warm. */

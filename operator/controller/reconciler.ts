@@ -33,9 +33,12 @@ export interface ReconcileResult {
   requeueWhenIdle?: boolean;
 }
 
-/** What the controller tells others about each run it has handled (the ledger listens). */
+/**
+ * What the controller tells others about each run it has handled (the ledger and the tracer
+ * listen): the run as it is now, what was executed, and the run as the reconcile found it.
+ */
 export interface RunObserver {
-  (run: Json, executed?: Executed): void;
+  (run: Json, executed: Executed | undefined, before: Json): void;
 }
 
 /** How long a run's mirror annotations may wait for idle workers (see mayDeferMirror). */
@@ -70,6 +73,8 @@ export class Reconciler {
   /** Runs whose mirror annotations wait for idle workers, with when they were first deferred. */
   private readonly mirrorsDeferred = new Map<string, number>();
   private readonly observers: RunObserver[] = [];
+  /** Told when a run's object is gone, so that observers can forget it. */
+  private readonly forgetters: ((key: string) => void)[] = [];
 
   constructor(client: KubeClient, index: RunIndex, recorder: EventRecorder, metrics: Metrics, options: ReconcilerOptions) {
     this.client = client;
@@ -84,9 +89,10 @@ export class Reconciler {
     });
   }
 
-  /** Calls `observer` with each run after it has been reconciled. */
-  observe(observer: RunObserver): void {
+  /** Calls `observer` with each run after it has been reconciled, and `forget` once it is gone. */
+  observe(observer: RunObserver, forget?: (key: string) => void): void {
     this.observers.push(observer);
+    if (forget) this.forgetters.push(forget);
   }
 
   /** Forgets what was kept for a run whose object is gone. */
@@ -95,6 +101,7 @@ export class Reconciler {
     this.written.forget(key);
     this.tracked.forget(key);
     this.refusals.delete(key);
+    for (const forget of this.forgetters) forget(key);
   }
 
   /** A pod's deletion was seen: what this operator wrote of it no longer stands in for it. */
@@ -151,7 +158,7 @@ export class Reconciler {
       log.info({ phase: decision.plan.phase, summary: decision.plan.summary }, "executed plan");
       this.count(decision.plan, executed);
     }
-    for (const observer of this.observers) observer(executed?.run ?? run, executed);
+    for (const observer of this.observers) observer(executed?.run ?? run, executed, run);
     return result;
   }
 

@@ -16,6 +16,8 @@
 //                           (StallUnresolved)
 //   await-approval          asks a person, completes with the answer (also across a release of
 //                           its pod: the next attempt resumes from the checkpoint)
+//   rate-limited-approval   rate-limited (on attempts 1 and 2 by default), then await-approval:
+//                           three attempts, two rate-limit waits and an approval in one run
 //   side-effect-then-crash  sends an e-mail through an idempotent tool and crashes before the
 //                           success is recorded; the next attempt sends again with the same key and
 //                           the outbox returns the saved receipt: exactly one e-mail
@@ -27,18 +29,21 @@
 //
 // The behaviour is env EXAMPLE_BEHAVIOUR, else the run's spec.goal when it names one, else healthy.
 // Timings (for fast tests): EXAMPLE_STEPS (3), EXAMPLE_STEP_DELAY_MS (1000), EXAMPLE_LOOP_DELAY_MS
-// (500), EXAMPLE_MAX_LOOPS (50), EXAMPLE_RETRY_AFTER_SECONDS (5), EXAMPLE_CLOCK_SKEW_MS (0: how far
+// (500), EXAMPLE_MAX_LOOPS (50), EXAMPLE_RETRY_AFTER_SECONDS (5), EXAMPLE_RATE_LIMITED_ATTEMPTS
+// (the attempts that get a 429: 1 for rate-limited, 2 for rate-limited-approval), EXAMPLE_CLOCK_SKEW_MS (0: how far
 // the sandbox's clock runs fast; negative: slow). The runaway's spending: EXAMPLE_TOKENS_PER_STEP (20000, three
 // quarters input), EXAMPLE_MODEL (example-model: the name spec.budget.prices can price). The outbox: EXAMPLE_OUTBOX_URL
 // (a shared outbox service, for pods) or EXAMPLE_OUTBOX_DIR (a directory; default a temp dir).
 //
 // Run it as `node operator/example-agent/main.ts` with WATCHDOG_RUN_NAME, WATCHDOG_RUN_NAMESPACE,
-// WATCHDOG_ATTEMPT and a kubeconfig (or in-cluster credentials).
+// WATCHDOG_ATTEMPT and a kubeconfig (or in-cluster credentials). With an OTLP endpoint set
+// (OTEL_EXPORTER_OTLP_ENDPOINT) it exports its spans, under the attempt's TRACEPARENT.
 import { setTimeout as sleep } from "node:timers/promises";
 import { z } from "zod";
 import { createLogger } from "../log.ts";
 import { ToolError, runAgent, type Sandbox, type StreamHandle, type ToolOutcome } from "../sandbox/index.ts";
 import { HttpOutbox, Outbox, defaultOutboxDir, type Mailer } from "./outbox.ts";
+import { startAgentTracing } from "./tracing.ts";
 
 const BEHAVIOURS = [
   "healthy",
@@ -48,6 +53,7 @@ const BEHAVIOURS = [
   "rate-limited",
   "stall",
   "await-approval",
+  "rate-limited-approval",
   "side-effect-then-crash",
   "runaway",
 ] as const;
@@ -77,6 +83,7 @@ const settings = {
   loopDelayMs: intEnv("EXAMPLE_LOOP_DELAY_MS", 500),
   maxLoops: intEnv("EXAMPLE_MAX_LOOPS", 50),
   retryAfterSeconds: intEnv("EXAMPLE_RETRY_AFTER_SECONDS", 5),
+  rateLimitedAttempts: process.env.EXAMPLE_RATE_LIMITED_ATTEMPTS ? intEnv("EXAMPLE_RATE_LIMITED_ATTEMPTS", 1) : undefined,
   tokensPerStep: intEnv("EXAMPLE_TOKENS_PER_STEP", 20_000),
   model: process.env.EXAMPLE_MODEL || "example-model",
   outboxDir: process.env.EXAMPLE_OUTBOX_DIR || defaultOutboxDir(),
@@ -131,6 +138,38 @@ async function steps(sandbox: Sandbox, topic: string, until: number, afterStep?:
   return notes;
 }
 
+/**
+ * Asks the fake model, which is busy (429 with Retry-After) on attempts up to `busyAttempts`, and
+ * says its answer.
+ */
+async function answerDespiteRateLimits(sandbox: Sandbox, busyAttempts: number): Promise<void> {
+  const outcome = await sandbox.tool(
+    "call_model",
+    { prompt: sandbox.goal ?? "" },
+    () => {
+      if (sandbox.attempt <= busyAttempts) throw new ToolError("429 Too Many Requests", { httpStatus: 429, retryAfterSeconds: settings.retryAfterSeconds });
+      return { text: "The model answered." };
+    },
+    { idempotent: true },
+  );
+  // Giving up right after a 429: runAgent exits with EXIT_CODES.rateLimited, and the watchdog
+  // waits out the rate limit (the call's Retry-After) instead of spending a restart.
+  if (!outcome.ok) throw new Error(`giving up this attempt: ${outcome.error.message}`);
+  await sandbox.say(outcome.value.text);
+}
+
+/** Prepares a release, asks a person whether to deploy it, and deploys with the answer. */
+async function deployWithApproval(sandbox: Sandbox): Promise<void> {
+  const version = "v2.0.0";
+  if (!sandbox.loadCheckpoint()) {
+    expectOk(await sandbox.tool("prepare_release", { version }, () => ({ prepared: version }), { idempotent: true }), "prepare_release");
+  }
+  const answer = await sandbox.awaitApproval(`Deploy ${version} to production?`, { step: 1, data: { version } });
+  log.info({ answer }, "approval received");
+  expectOk(await sandbox.tool("deploy", { version, answer }, () => ({ deployed: version }), { idempotent: true }), "deploy");
+  await sandbox.say(`Deployed ${version}; the approver said: ${answer}`);
+}
+
 const behaviours: Record<Behaviour, (sandbox: Sandbox) => Promise<void>> = {
   async healthy(sandbox) {
     const notes = await steps(sandbox, sandbox.goal || "the task", settings.steps);
@@ -176,20 +215,12 @@ const behaviours: Record<Behaviour, (sandbox: Sandbox) => Promise<void>> = {
   },
 
   async "rate-limited"(sandbox) {
-    const outcome = await sandbox.tool(
-      "call_model",
-      { prompt: sandbox.goal ?? "" },
-      () => {
-        // The fake model API is busy on the first attempt only.
-        if (sandbox.attempt === 1) throw new ToolError("429 Too Many Requests", { httpStatus: 429, retryAfterSeconds: settings.retryAfterSeconds });
-        return { text: "The model answered." };
-      },
-      { idempotent: true },
-    );
-    // Giving up right after a 429: runAgent exits with EXIT_CODES.rateLimited, and the watchdog
-    // waits out the rate limit (the call's Retry-After) instead of spending a restart.
-    if (!outcome.ok) throw new Error(`giving up this attempt: ${outcome.error.message}`);
-    await sandbox.say(outcome.value.text);
+    await answerDespiteRateLimits(sandbox, settings.rateLimitedAttempts ?? 1);
+  },
+
+  async "rate-limited-approval"(sandbox) {
+    if (!sandbox.loadCheckpoint()) await answerDespiteRateLimits(sandbox, settings.rateLimitedAttempts ?? 2);
+    await deployWithApproval(sandbox);
   },
 
   async stall(sandbox) {
@@ -202,14 +233,7 @@ const behaviours: Record<Behaviour, (sandbox: Sandbox) => Promise<void>> = {
   },
 
   async "await-approval"(sandbox) {
-    const version = "v2.0.0";
-    if (!sandbox.loadCheckpoint()) {
-      expectOk(await sandbox.tool("prepare_release", { version }, () => ({ prepared: version }), { idempotent: true }), "prepare_release");
-    }
-    const answer = await sandbox.awaitApproval(`Deploy ${version} to production?`, { step: 1, data: { version } });
-    log.info({ answer }, "approval received");
-    expectOk(await sandbox.tool("deploy", { version, answer }, () => ({ deployed: version }), { idempotent: true }), "deploy");
-    await sandbox.say(`Deployed ${version}; the approver said: ${answer}`);
+    await deployWithApproval(sandbox);
   },
 
   async "side-effect-then-crash"(sandbox) {
@@ -253,6 +277,7 @@ const behaviours: Record<Behaviour, (sandbox: Sandbox) => Promise<void>> = {
 // A sandbox whose clock is off (EXAMPLE_CLOCK_SKEW_MS, for the soak): the watchdog must measure
 // its heartbeats on the API server's clock, never on this one.
 const skewMs = signedIntEnv("EXAMPLE_CLOCK_SKEW_MS", 0);
+startAgentTracing();
 await runAgent(
   async (sandbox) => {
     const behaviour = chooseBehaviour(process.env.EXAMPLE_BEHAVIOUR, sandbox.goal);

@@ -35,3 +35,4 @@ export { argsHash, canonicalJson, idempotencyKey } from "./keys.ts";
 export type { ApprovalOutcome, Nudge, SandboxIdentity } from "./protocol.ts";
 export { ApiClient, ApiError, type Json, type SandboxApi } from "./api-client.ts";
 export type { SandboxLogger } from "./log.ts";
+export { attemptContext, idempotencyKeyHash, inAttempt } from "./tracing.ts";

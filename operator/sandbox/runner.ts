@@ -5,6 +5,7 @@
 import { EXIT_CODES, exitCodeFor, isBudgetExhausted } from "./errors.ts";
 import { newestCallRateLimited } from "./protocol.ts";
 import { Sandbox, type SandboxOptions } from "./sandbox.ts";
+import { inAttempt } from "./tracing.ts";
 
 export interface RunAgentOptions extends SandboxOptions {
   /** How the process ends; default process.exit. Tests pass a function and read the returned code. */
@@ -54,7 +55,8 @@ export async function runAgent(main: (sandbox: Sandbox) => Promise<void> | void,
   };
   process.once("beforeExit", guard);
   try {
-    await main(sandbox);
+    // Spans the agent (or its framework) starts nest under the attempt's span (TRACEPARENT).
+    await inAttempt(() => main(sandbox));
     settled = true;
     await sandbox.complete();
     return sandbox.fenced ? EXIT_CODES.fenced : EXIT_CODES.completed;

@@ -29,6 +29,7 @@ import { RunWatch } from "./run-watch.ts";
 import { StatusWriter } from "./status-writer.ts";
 import { timerDelayMs } from "./timers.ts";
 import { ToolRunner, type ToolContext, type ToolOptions, type ToolOutcome } from "./tool-runner.ts";
+import { flushTraces } from "./tracing.ts";
 import { Transcript, type TranscriptEntry } from "./transcript.ts";
 import { BudgetView, UsageMeter, spendingOf, type Spending, type UsageReport } from "./usage.ts";
 
@@ -501,6 +502,7 @@ export class Sandbox {
     this.closed = true;
     this.heartbeat.stop();
     await this.writer.drain(FLUSH_DEADLINE_MS);
+    await flushTraces(FLUSH_DEADLINE_MS);
     this.watch?.stop();
     if (!this.abort.signal.aborted) this.abort.abort(new Error("sandbox closed"));
   }

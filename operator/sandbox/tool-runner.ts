@@ -22,6 +22,7 @@ import { argsHash, idempotencyKey } from "./keys.ts";
 import type { SandboxLogger } from "./log.ts";
 import { decodeResult, encodeResult, replayDecision, upsertCall } from "./protocol.ts";
 import type { StatusWriter } from "./status-writer.ts";
+import { endToolSpan, startToolSpan } from "./tracing.ts";
 import type { Transcript } from "./transcript.ts";
 
 export interface ToolContext {
@@ -189,13 +190,15 @@ export class ToolRunner {
       signal: o.signal,
       progress: () => o.heartbeat.progress(),
     };
+    const span = startToolSpan({ name, callId: call.id, idempotencyKey: key, attempt: o.attempt, rerun: ctx.rerun });
     let value: R;
     try {
       value = await fn(input, ctx);
     } catch (err) {
       this.runningTools--;
-      o.assertOpen();
       const failure = describeFailure(err, o.clock(), name);
+      endToolSpan(span, failure);
+      o.assertOpen();
       const error: NonNullable<ToolCall["error"]> = { message: failure.message };
       if (failure.httpStatus !== undefined) error.httpStatus = failure.httpStatus;
       if (failure.retryAfterSeconds !== undefined) error.retryAfterSeconds = failure.retryAfterSeconds;
@@ -204,6 +207,7 @@ export class ToolRunner {
       return { ok: false, error: failure, idempotencyKey: key, callId: call.id };
     }
     this.runningTools--;
+    endToolSpan(span);
     o.assertOpen();
     const done: ToolCall = { ...call, state: "Succeeded", finishedAt: new Date(o.clock()).toISOString() };
     const result = encodeResult(value);

@@ -20,6 +20,11 @@ export interface SandboxIdentity {
   clusterRole: string;
   /** Lifetime of the projected token (the kubelet refreshes it at 80%). */
   tokenExpirationSeconds: number;
+  /**
+   * The operator traces runs: each pod gets TRACEPARENT naming its attempt's span, so that what
+   * the sandbox traces nests inside the attempt.
+   */
+  traceparent?: boolean;
 }
 
 export const DEFAULT_SANDBOX_IDENTITY: SandboxIdentity = {

@@ -3,6 +3,7 @@
 import { API_VERSION, KIND, type AgentRun } from "../api/agentrun.ts";
 import { LABELS, SANDBOX_ENV } from "../api/annotations.ts";
 import { DEFAULT_SANDBOX_IDENTITY, withSandboxIdentity, type SandboxIdentity } from "./sandbox-identity.ts";
+import { attemptTraceparent } from "./trace-context.ts";
 
 type Json = Record<string, unknown>;
 
@@ -29,12 +30,13 @@ export function sandboxPodName(run: Pick<AgentRun, "metadata">, attempt: number)
   return uid ? `${run.metadata.name}-${attempt}-${uid}` : `${run.metadata.name}-${attempt}`;
 }
 
-function withContractEnv(container: Json, run: AgentRun, attempt: number): Json {
-  const contract = [
+function withContractEnv(container: Json, run: AgentRun, attempt: number, traceparent: boolean): Json {
+  const contract: { name: string; value: string | undefined }[] = [
     { name: SANDBOX_ENV.runName, value: run.metadata.name },
     { name: SANDBOX_ENV.runNamespace, value: run.metadata.namespace },
     { name: SANDBOX_ENV.attempt, value: String(attempt) },
   ];
+  if (traceparent && run.metadata.uid) contract.push({ name: SANDBOX_ENV.traceparent, value: attemptTraceparent(run.metadata.uid, attempt) });
   const names = new Set<string>(contract.map((e) => e.name));
   const own = Array.isArray(container.env) ? (container.env as Json[]).filter((e) => !names.has(e.name as string)) : [];
   return { ...container, env: [...contract, ...own] };
@@ -45,7 +47,7 @@ export function sandboxPod(run: AgentRun, attempt: number, identity: SandboxIden
   const template = run.spec.template;
   const templateMeta = (template.metadata ?? {}) as { labels?: Record<string, string>; annotations?: Record<string, string> };
   const spec = template.spec as Json;
-  const containers = (spec.containers as Json[]).map((c) => withContractEnv(c, run, attempt));
+  const containers = (spec.containers as Json[]).map((c) => withContractEnv(c, run, attempt, identity.traceparent === true));
   const metadata: SandboxPodManifest["metadata"] = {
     name: sandboxPodName(run, attempt),
     namespace: run.metadata.namespace as string,

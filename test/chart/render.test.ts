@@ -315,6 +315,24 @@ describe("helm template with every feature on", () => {
     expect(operatorContainer(objects).args.filter((arg: string) => /database.url|postgres/i.test(arg))).toEqual([]);
   });
 
+  it("turns traces on with an OTLP endpoint: the operator's OTEL_* environment, its headers from a Secret, and egress to the collector", async () => {
+    expect(JSON.stringify(operatorContainer(await render({}, { namespace: NS })).env)).not.toContain("OTEL_");
+    const objects = await render(
+      {
+        tracing: { otlpEndpoint: "http://otel-collector.observability:4318", headersSecret: { name: "otlp-auth" } },
+        networkPolicy: { enabled: true, egress: { otlp: { to: [{ namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "observability" } } }] } } },
+      },
+      { namespace: NS },
+    );
+    const env = operatorContainer(objects).env;
+    expect(env).toContainEqual({ name: "OTEL_EXPORTER_OTLP_ENDPOINT", value: "http://otel-collector.observability:4318" });
+    expect(env).toContainEqual({ name: "OTEL_SERVICE_NAME", value: "agent-watchdog" });
+    expect(env).toContainEqual({ name: "OTEL_EXPORTER_OTLP_HEADERS", valueFrom: { secretKeyRef: { name: "otlp-auth", key: "OTEL_EXPORTER_OTLP_HEADERS" } } });
+    const egress = find(objects, "NetworkPolicy").spec.egress;
+    expect(egress.at(-1)).toEqual({ ports: [{ port: 4318, protocol: "TCP" }], to: [{ namespaceSelector: { matchLabels: { "kubernetes.io/metadata.name": "observability" } } }] });
+    await expect(render({ tracing: { otlpEndpoint: "collector:4318" } }, { namespace: NS })).rejects.toThrow(/otlpEndpoint/);
+  });
+
   it("hands the watchdog defaults to the operator in the shape of spec.watchdog, false and 0 included", async () => {
     const values = allFeatures("agents");
     const objects = await render(values, { chart: featureChart(), namespace: NS });

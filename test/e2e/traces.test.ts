@@ -1,0 +1,128 @@
+// One run, one trace, read back from a real trace backend: the operator and the example agent
+// export over OTLP to Jaeger (built by hack/ from its Go module), and the test reads the trace
+// through Jaeger's query API. The run has three attempts (two rate-limited, each followed by a
+// rate-limit wait) and an approval: the trace must hold one root span, three linked attempt spans,
+// every tool call as an execute_tool span under its own attempt, and the waits as spans; nothing
+// for heartbeats, and never an idempotency key in the clear.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { renderTrace, startJaeger, tag, type Jaeger, type JaegerSpan } from "../../harness/jaeger.ts";
+import { DEMO_WATCHDOG, EXAMPLE_ENV, manifestFor } from "../../harness/scenario.ts";
+import { ANNOTATIONS } from "../../operator/api/annotations.ts";
+import { paths, type KubeClient } from "../../operator/kube/client.ts";
+import { idempotencyKeyHash } from "../../operator/sandbox/tracing.ts";
+import { attemptSpanId, runSpanId, runTraceId } from "../../operator/watchdog/trace-context.ts";
+import { deleteNamespace, getRun, kube, newNamespace } from "../support/cluster.ts";
+import { startOperator, type OperatorProcess } from "../support/operator-process.ts";
+import { waitFor } from "../support/wait.ts";
+import { startRunner, type RunnerHandle } from "./support.ts";
+
+let client: KubeClient;
+let ns: string;
+let jaeger: Jaeger;
+let operator: OperatorProcess;
+let sandboxes: RunnerHandle;
+const dir = mkdtempSync(join(tmpdir(), "traces-"));
+
+beforeAll(async () => {
+  client = kube();
+  ns = await newNamespace(client, "e2e-traces");
+  jaeger = await startJaeger(dir);
+  const otlp = { OTEL_EXPORTER_OTLP_ENDPOINT: jaeger.otlpEndpoint, OTEL_BSP_SCHEDULE_DELAY: "200" };
+  operator = await startOperator(ns, [], otlp);
+  sandboxes = await startRunner(ns, { env: { ...EXAMPLE_ENV, EXAMPLE_RETRY_AFTER_SECONDS: "1", ...otlp } });
+});
+
+afterAll(async () => {
+  await sandboxes?.stop();
+  await operator?.stop();
+  await jaeger?.stop();
+  await deleteNamespace(client, ns);
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const parentOf = (span: JaegerSpan) => span.references.find((r) => r.refType === "CHILD_OF")?.spanID;
+const named = (spans: JaegerSpan[], name: string) => spans.filter((s) => s.operationName === name);
+
+describe("a run as one trace", () => {
+  it("holds the run, its three attempts, every tool call under its attempt, and the waits", async () => {
+    const watchdog = { ...DEMO_WATCHDOG, stall: { timeout: "60s", maxNudges: 2 }, rateLimitBackoff: { initial: "1s", factor: 2, max: "2s" }, releaseAwaitingAfter: "5m" };
+    await client.create(paths.runs(ns), manifestFor({ name: "tour", behaviour: "rate-limited-approval", watchdog, expected: "Completed on attempt 3" }));
+    const asking = await waitFor("the approval request", async () => {
+      const run = await getRun(client, ns, "tour");
+      return run.status?.approval?.state === "Pending" ? run : undefined;
+    }, { timeoutMs: 120_000 });
+    await client.mergePatch(paths.run(ns, "tour"), { metadata: { annotations: { [ANNOTATIONS.approve]: "ship it", [ANNOTATIONS.approvalId]: asking.status.approval.id } } });
+    const run = await waitFor("the run to complete", async () => {
+      const current = await getRun(client, ns, "tour");
+      return current.status?.phase === "Completed" ? current : undefined;
+    }, { timeoutMs: 120_000 });
+    expect(run.status).toMatchObject({ attempt: 3, restarts: 0 });
+
+    const uid = run.metadata.uid as string;
+    const traceId = runTraceId(uid);
+    const calls = run.status.toolCalls as { id: string; name: string; attempt: number; idempotencyKey: string }[];
+    expect(calls.map((c) => [c.attempt, c.name])).toEqual([
+      [1, "call_model"],
+      [2, "call_model"],
+      [3, "call_model"],
+      [3, "prepare_release"],
+      [3, "deploy"],
+    ]);
+    // 1 run + 3 attempts + 2 rate-limit waits + 1 approval wait + 5 tool calls.
+    const spans = await waitFor("the whole trace in Jaeger", async () => {
+      const found = await jaeger.trace(traceId);
+      return found.length >= 12 ? found : undefined;
+    }, { timeoutMs: 30_000, intervalMs: 250 });
+    console.log(`the trace of run ${ns}/tour (${traceId}):\n${renderTrace(spans)}`);
+
+    expect(spans).toHaveLength(12);
+    expect(new Set(spans.map((s) => s.traceID))).toEqual(new Set([traceId]));
+    const [root] = named(spans, "agentrun tour");
+    expect(root).toBeDefined();
+    expect(root!.spanID).toBe(runSpanId(uid));
+    expect(parentOf(root!)).toBeUndefined();
+    expect(root!.service).toBe("agent-watchdog");
+
+    const attempts = named(spans, "invoke_agent tour").sort((a, b) => a.startTime - b.startTime);
+    expect(attempts.map((a) => [tag(a, "watchdog.attempt"), tag(a, "watchdog.outcome"), tag(a, "gen_ai.operation.name"), tag(a, "gen_ai.agent.id")])).toEqual([
+      [1, "RateLimited", "invoke_agent", uid],
+      [2, "RateLimited", "invoke_agent", uid],
+      [3, "Completed", "invoke_agent", uid],
+    ]);
+    for (const [i, attempt] of attempts.entries()) {
+      expect(attempt.spanID).toBe(attemptSpanId(uid, i + 1));
+      expect(parentOf(attempt)).toBe(root!.spanID);
+      // Each attempt is linked to the one before it.
+      expect(attempt.references.filter((r) => r.refType === "FOLLOWS_FROM").map((r) => r.spanID)).toEqual(i === 0 ? [] : [attemptSpanId(uid, i)]);
+    }
+
+    const tools = spans.filter((s) => s.operationName.startsWith("execute_tool "));
+    expect(tools.map((t) => [t.operationName, tag(t, "watchdog.attempt")]).sort()).toEqual(calls.map((c) => [`execute_tool ${c.name}`, c.attempt]).sort());
+    for (const call of calls) {
+      const span = tools.find((t) => tag(t, "gen_ai.tool.call.id") === call.id)!;
+      expect(span, call.id).toBeDefined();
+      expect(parentOf(span)).toBe(attemptSpanId(uid, call.attempt));
+      expect(span.service).toBe("example-agent");
+      expect(tag(span, "watchdog.tool.idempotency_key_hash")).toBe(idempotencyKeyHash(call.idempotencyKey));
+      expect(JSON.stringify(span)).not.toContain(call.idempotencyKey);
+    }
+    const limited = tools.filter((t) => tag(t, "error.type") === "429");
+    expect(limited).toHaveLength(2);
+
+    const waits = named(spans, "wait rate_limit").sort((a, b) => a.startTime - b.startTime);
+    expect(waits).toHaveLength(2);
+    for (const [i, wait] of waits.entries()) {
+      expect(parentOf(wait)).toBe(root!.spanID);
+      // Between the attempt it followed and the one it held back.
+      expect(wait.startTime).toBe(attempts[i]!.startTime + attempts[i]!.duration);
+      expect(wait.startTime + wait.duration).toBe(attempts[i + 1]!.startTime);
+    }
+    const [approval] = named(spans, "wait approval");
+    expect(approval).toBeDefined();
+    expect(tag(approval!, "watchdog.approval.state")).toBe("Approved");
+    expect(approval!.startTime).toBeGreaterThanOrEqual(attempts[2]!.startTime);
+  });
+});

@@ -68,6 +68,7 @@ from .read_run import read_own_run, read_run
 from .run_watch import RunWatch
 from .status_writer import StatusWriter
 from .tool_runner import ToolContext, ToolOutcome, ToolRunner
+from .tracing import SandboxTracer
 from .transcript import Transcript, TranscriptEntry
 from .usage import BudgetView, Cost, Spending, UsageMeter, spending_of
 
@@ -272,6 +273,8 @@ class Sandbox:
         self._terminal_raised = False
         self._fence_cause: Optional[str] = None
         self._closed = False
+        # The attempt's spans, when the operator traces runs (TRACEPARENT) and an endpoint is set.
+        self._tracer = SandboxTracer.from_env()
         self._fence_listeners: list[Callable[[str], None]] = []
         self._watch: Optional[RunWatch] = None
 
@@ -327,6 +330,7 @@ class Sandbox:
             reset_after=status.get("toolCallsResetAfter"),
             assert_within_budget=self.assert_within_budget,
             count_tool_call=self._count_tool_call,
+            tracer=self._tracer,
         )
         _, request = unwrap_checkpoint(status.get("checkpoint"))
         self._approvals = Approvals(
@@ -685,6 +689,8 @@ class Sandbox:
             self._closed = True
         self._heartbeat.stop()
         self._writer.drain(FLUSH_DEADLINE_S)
+        if self._tracer is not None:
+            self._tracer.flush()
         if self._watch is not None:
             self._watch.stop()
         self._writer.stop()

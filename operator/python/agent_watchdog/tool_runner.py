@@ -34,6 +34,7 @@ from .keys import args_hash, idempotency_key
 from .log import SandboxLogger
 from .protocol import ToolCall, decode_result, encode_result, iso_now, replay_decision, upsert_call
 from .status_writer import StatusWriter
+from .tracing import SandboxTracer
 from .transcript import Transcript
 
 A = TypeVar("A")
@@ -89,7 +90,9 @@ class ToolRunner:
         assert_within_budget: Callable[[], None] = lambda: None,
         count_tool_call: Callable[[], None] = lambda: None,
         wall: Callable[[], float] = time.time,
+        tracer: Optional[SandboxTracer] = None,
     ) -> None:
+        self._tracer = tracer
         self._uid = uid
         self._attempt = attempt
         self._max = max_tool_calls
@@ -236,14 +239,17 @@ class ToolRunner:
             signal=self._signal,
             progress=self._heartbeat.progress,
         )
+        span = self._tracer.start_tool(name, call_id, key, self._attempt, ctx.rerun) if self._tracer else None
         try:
             with self._user_code():
                 value = fn(value_in, ctx)
         except Exception as err:  # noqa: BLE001 - any failure of the tool is the agent's to read
             with self._lock:
                 self._running -= 1
-            self._assert_open()
             failure = describe_failure(err, self._wall(), name)
+            if span is not None:
+                span.end(failure)
+            self._assert_open()
             error: dict[str, Any] = {"message": failure.message}
             if failure.http_status is not None:
                 error["httpStatus"] = failure.http_status
@@ -260,6 +266,8 @@ class ToolRunner:
             raise
         with self._lock:
             self._running -= 1
+        if span is not None:
+            span.end()
         self._assert_open()
         done: ToolCall = {**call, "state": "Succeeded", "finishedAt": iso_now(self._wall())}  # type: ignore[typeddict-item]
         result = encode_result(value)

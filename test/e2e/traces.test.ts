@@ -5,6 +5,7 @@
 // every tool call as an execute_tool span under its own attempt, and the waits as spans; nothing
 // for heartbeats, and never an idempotency key in the clear.
 import { mkdtempSync, rmSync } from "node:fs";
+import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -24,25 +25,45 @@ let ns: string;
 let jaeger: Jaeger;
 let operator: OperatorProcess;
 let sandboxes: RunnerHandle;
+/** The operator exports through this: it counts every span id it passes on to Jaeger. */
+let relay: Server;
+const exported = new Map<string, number>();
 const dir = mkdtempSync(join(tmpdir(), "traces-"));
 
 beforeAll(async () => {
   client = kube();
   ns = await newNamespace(client, "e2e-traces");
   jaeger = await startJaeger(dir);
-  const otlp = { OTEL_EXPORTER_OTLP_ENDPOINT: jaeger.otlpEndpoint, OTEL_BSP_SCHEDULE_DELAY: "200" };
-  operator = await startOperator(ns, [], otlp);
-  sandboxes = await startRunner(ns, { env: { ...EXAMPLE_ENV, EXAMPLE_RETRY_AFTER_SECONDS: "1", ...otlp } });
+  // Jaeger drops a span sent twice with the same content, so double exports are counted on the
+  // way to it.
+  relay = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      const body = Buffer.concat(chunks);
+      const sent = JSON.parse(body.toString()) as { resourceSpans: { scopeSpans: { spans: { spanId: string }[] }[] }[] };
+      for (const resource of sent.resourceSpans) for (const scope of resource.scopeSpans) for (const span of scope.spans) exported.set(span.spanId, (exported.get(span.spanId) ?? 0) + 1);
+      fetch(`${jaeger.otlpEndpoint}${req.url}`, { method: "POST", headers: { "content-type": req.headers["content-type"] ?? "application/json" }, body }).then(
+        async (answer) => res.writeHead(answer.status, { "content-type": "application/json" }).end(await answer.text()),
+        () => res.writeHead(502).end(),
+      );
+    });
+  });
+  await new Promise<void>((resolve) => relay.listen(0, "127.0.0.1", resolve));
+  operator = await startOperator(ns, [], otlp(`http://127.0.0.1:${(relay.address() as { port: number }).port}`));
+  sandboxes = await startRunner(ns, { env: { ...EXAMPLE_ENV, EXAMPLE_RETRY_AFTER_SECONDS: "1", ...otlp() } });
 });
 
 afterAll(async () => {
   await sandboxes?.stop();
   await operator?.stop();
+  relay?.close();
   await jaeger?.stop();
   await deleteNamespace(client, ns);
   rmSync(dir, { recursive: true, force: true });
 });
 
+const otlp = (endpoint = jaeger.otlpEndpoint) => ({ OTEL_EXPORTER_OTLP_ENDPOINT: endpoint, OTEL_BSP_SCHEDULE_DELAY: "200" });
 const parentOf = (span: JaegerSpan) => span.references.find((r) => r.refType === "CHILD_OF")?.spanID;
 const named = (spans: JaegerSpan[], name: string) => spans.filter((s) => s.operationName === name);
 
@@ -124,5 +145,48 @@ describe("a run as one trace", () => {
     expect(approval).toBeDefined();
     expect(tag(approval!, "watchdog.approval.state")).toBe("Approved");
     expect(approval!.startTime).toBeGreaterThanOrEqual(attempts[2]!.startTime);
+  });
+
+  it("is continued by an operator started after the last one was killed, with the same ids and nothing twice", async () => {
+    const watchdog = { ...DEMO_WATCHDOG, stall: { timeout: "60s", maxNudges: 2 }, rateLimitBackoff: { initial: "1s", factor: 2, max: "2s" }, releaseAwaitingAfter: "5m" };
+    await client.create(paths.runs(ns), manifestFor({ name: "relay", behaviour: "rate-limited-approval", watchdog, expected: "Completed on attempt 3" }));
+    const asking = await waitFor("the approval request", async () => {
+      const run = await getRun(client, ns, "relay");
+      return run.status?.approval?.state === "Pending" ? run : undefined;
+    }, { timeoutMs: 120_000 });
+    const uid = asking.metadata.uid as string;
+    // What the first operator ended is exported (two attempts, two waits), and the third attempt's
+    // span is open: its start is only in the run's transitions when the operator is killed.
+    await waitFor("the first operator's spans in Jaeger", async () => (await jaeger.trace(runTraceId(uid))).filter((s) => s.service === "agent-watchdog").length === 4 || undefined, {
+      timeoutMs: 30_000,
+      intervalMs: 100,
+    });
+    await operator.stop("SIGKILL");
+    operator = await startOperator(ns, [], otlp(`http://127.0.0.1:${(relay.address() as { port: number }).port}`));
+    await client.mergePatch(paths.run(ns, "relay"), { metadata: { annotations: { [ANNOTATIONS.approve]: "go", [ANNOTATIONS.approvalId]: asking.status.approval.id } } });
+    const run = await waitFor("the run to complete", async () => {
+      const current = await getRun(client, ns, "relay");
+      return current.status?.phase === "Completed" ? current : undefined;
+    }, { timeoutMs: 120_000 });
+    expect(run.status.attempt).toBe(3);
+    const started = (run.status.transitions as { phase: string; attempt: number; time: string }[]).find((t) => t.phase === "Starting" && t.attempt === 3)!;
+    const spans = await waitFor("the whole trace in Jaeger", async () => {
+      const found = await jaeger.trace(runTraceId(uid));
+      return found.some((s) => s.operationName === "agentrun relay") && found.length >= 12 ? found : undefined;
+    }, { timeoutMs: 30_000, intervalMs: 250 });
+    console.log(`the trace of run ${ns}/relay, across an operator's SIGKILL:\n${renderTrace(spans)}`);
+    expect(spans).toHaveLength(12);
+    // Each span exported once: none the first operator exported is exported again by the second.
+    const operatorSpans = spans.filter((s) => s.service === "agent-watchdog").map((s) => s.spanID);
+    expect(operatorSpans).toHaveLength(7);
+    expect(operatorSpans.map((id) => [id, exported.get(id)])).toEqual(operatorSpans.map((id) => [id, 1]));
+    const attempts = named(spans, "invoke_agent relay").sort((a, b) => a.startTime - b.startTime);
+    expect(attempts.map((a) => a.spanID)).toEqual([1, 2, 3].map((n) => attemptSpanId(uid, n)));
+    // Jaeger keeps microseconds: the start the first operator wrote, exported by the second.
+    expect(attempts[2]!.startTime).toBe(Date.parse(started.time) * 1000);
+    expect(attempts[2]!.references.filter((r) => r.refType === "FOLLOWS_FROM").map((r) => r.spanID)).toEqual([attemptSpanId(uid, 2)]);
+    for (const tool of spans.filter((s) => s.operationName.startsWith("execute_tool ") && tag(s, "watchdog.attempt") === 3)) expect(parentOf(tool)).toBe(attempts[2]!.spanID);
+    expect(named(spans, "wait rate_limit")).toHaveLength(2);
+    expect(named(spans, "wait approval")).toHaveLength(1);
   });
 });

@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { KubeConfig } from "@kubernetes/client-node";
 import { freePort } from "../../harness/free-port.ts";
-import { isAlreadyExists, KubeClient } from "../../operator/kube/client.ts";
+import { isAlreadyExists, KubeClient, type Json } from "../../operator/kube/client.ts";
 
 export const root = fileURLToPath(new URL("../..", import.meta.url));
 
@@ -386,4 +386,14 @@ export function quantile(buckets: Map<number, number>, q: number): number {
     lowerCount = count;
   }
   return lowerBound;
+}
+
+/** A bench run: one agent container kwok "runs" (nothing runs), with the watchdog settings given. */
+export function benchRun(name: string, watchdog: Json): Json {
+  return {
+    apiVersion: "watchdog.dev/v1alpha1",
+    kind: "AgentRun",
+    metadata: { name },
+    spec: { template: { spec: { containers: [{ name: "agent", image: "agent-watchdog:bench" }] } }, watchdog },
+  };
 }

@@ -16,6 +16,7 @@ import { parseArgs } from "node:util";
 import { LABELS } from "../../operator/api/annotations.ts";
 import { paths, type KubeClient } from "../../operator/kube/client.ts";
 import {
+  benchRun,
   clientFor,
   controlPlaneUp,
   freshNamespace,
@@ -161,17 +162,7 @@ async function main(): Promise<void> {
     for (const step of STEPS) {
       const names = Array.from({ length: step - created }, (_, i) => `r${created + i}`);
       log(`creating runs ${created} to ${step - 1}`);
-      await pool(names, 32, (name) =>
-        client.create(paths.runs(ns), {
-          apiVersion: "watchdog.dev/v1alpha1",
-          kind: "AgentRun",
-          metadata: { name },
-          spec: {
-            template: { spec: { containers: [{ name: "agent", image: "agent-watchdog:bench" }] } },
-            watchdog: { heartbeatTimeout: "1h", maxRestarts: 0, stall: { enabled: false } },
-          },
-        }),
-      );
+      await pool(names, 32, (name) => client.create(paths.runs(ns), benchRun(name, { heartbeatTimeout: "1h", maxRestarts: 0, stall: { enabled: false } })));
       created = step;
       await until(`${step} sandbox pods running`, () => census.running.size >= step, 1_800_000, 1000);
       log(`${step} pods running; one heartbeat each for the new runs`);

@@ -15,6 +15,7 @@ import { LABELS } from "../../operator/api/annotations.ts";
 import { paths, type Json, type KubeClient } from "../../operator/kube/client.ts";
 import {
   FROM_SOURCES_OPTION,
+  benchRun,
   clientFor,
   controlPlaneUp,
   cpuSecondsOf,
@@ -117,17 +118,8 @@ async function batch(client: KubeClient, kubeconfig: string, main: string, trace
   try {
     await until("the operator's caches", () => operator.ready(), 60_000);
     const names = Array.from({ length: N }, (_, i) => `r${i}`);
-    await pool(names, 16, (name) =>
-      client.create(paths.runs(ns), {
-        apiVersion: "watchdog.dev/v1alpha1",
-        kind: "AgentRun",
-        metadata: { name },
-        spec: {
-          template: { spec: { containers: [{ name: "agent", image: "agent-watchdog:bench" }] } },
-          watchdog: { heartbeatTimeout: "1h", maxRestarts: 2, backoff: { initial: "1s", factor: 1, max: "1s" }, stall: { enabled: false } },
-        },
-      }),
-    );
+    const watchdog = { heartbeatTimeout: "1h", maxRestarts: 2, backoff: { initial: "1s", factor: 1, max: "1s" }, stall: { enabled: false } };
+    await pool(names, 16, (name) => client.create(paths.runs(ns), benchRun(name, watchdog)));
     await until(
       `${N} runs completed`,
       async () => (await client.get<{ items: Json[] }>(paths.runs(ns))).items.filter((r) => (r.status as { phase?: string } | undefined)?.phase === "Completed").length === N,

@@ -67,14 +67,22 @@ const otlp = (endpoint = jaeger.otlpEndpoint) => ({ OTEL_EXPORTER_OTLP_ENDPOINT:
 const parentOf = (span: JaegerSpan) => span.references.find((r) => r.refType === "CHILD_OF")?.spanID;
 const named = (spans: JaegerSpan[], name: string) => spans.filter((s) => s.operationName === name);
 
+/**
+ * Creates a run that is rate-limited on its first two attempts and then asks for approval, and
+ * resolves with it once its approval request is pending (in its third attempt).
+ */
+async function startTour(name: string): Promise<any> {
+  const watchdog = { ...DEMO_WATCHDOG, stall: { timeout: "60s", maxNudges: 2 }, rateLimitBackoff: { initial: "1s", factor: 2, max: "2s" }, releaseAwaitingAfter: "5m" };
+  await client.create(paths.runs(ns), manifestFor({ name, behaviour: "rate-limited-approval", watchdog, expected: "Completed on attempt 3" }));
+  return waitFor("the approval request", async () => {
+    const run = await getRun(client, ns, name);
+    return run.status?.approval?.state === "Pending" ? run : undefined;
+  }, { timeoutMs: 120_000 });
+}
+
 describe("a run as one trace", () => {
   it("holds the run, its three attempts, every tool call under its attempt, and the waits", async () => {
-    const watchdog = { ...DEMO_WATCHDOG, stall: { timeout: "60s", maxNudges: 2 }, rateLimitBackoff: { initial: "1s", factor: 2, max: "2s" }, releaseAwaitingAfter: "5m" };
-    await client.create(paths.runs(ns), manifestFor({ name: "tour", behaviour: "rate-limited-approval", watchdog, expected: "Completed on attempt 3" }));
-    const asking = await waitFor("the approval request", async () => {
-      const run = await getRun(client, ns, "tour");
-      return run.status?.approval?.state === "Pending" ? run : undefined;
-    }, { timeoutMs: 120_000 });
+    const asking = await startTour("tour");
     await client.mergePatch(paths.run(ns, "tour"), { metadata: { annotations: { [ANNOTATIONS.approve]: "ship it", [ANNOTATIONS.approvalId]: asking.status.approval.id } } });
     const run = await waitFor("the run to complete", async () => {
       const current = await getRun(client, ns, "tour");
@@ -148,12 +156,7 @@ describe("a run as one trace", () => {
   });
 
   it("is continued by an operator started after the last one was killed, with the same ids and nothing twice", async () => {
-    const watchdog = { ...DEMO_WATCHDOG, stall: { timeout: "60s", maxNudges: 2 }, rateLimitBackoff: { initial: "1s", factor: 2, max: "2s" }, releaseAwaitingAfter: "5m" };
-    await client.create(paths.runs(ns), manifestFor({ name: "relay", behaviour: "rate-limited-approval", watchdog, expected: "Completed on attempt 3" }));
-    const asking = await waitFor("the approval request", async () => {
-      const run = await getRun(client, ns, "relay");
-      return run.status?.approval?.state === "Pending" ? run : undefined;
-    }, { timeoutMs: 120_000 });
+    const asking = await startTour("relay");
     const uid = asking.metadata.uid as string;
     // What the first operator ended is exported (two attempts, two waits), and the third attempt's
     // span is open: its start is only in the run's transitions when the operator is killed.

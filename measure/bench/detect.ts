@@ -7,7 +7,13 @@
 // - the operator's API writes per heartbeat, from its own rest_client_requests_total;
 // - the operator's RSS.
 //
-// Usage: npm run bench:detect -- [--runs 200] [--timeout 10s] [--spread 20s] [--concurrency N] [--from-sources]
+// With --flood RATE, other runs (--flood-runs, default 200) heartbeat RATE times a second in all
+// while the kills happen, from when the first heartbeat stops until every hung pod is deleted (at
+// most 64 writes in flight, so the flood is bounded in count and time): what a crowd of busy
+// sandboxes does to the kill path. The achieved rate and the flood's own latency are printed.
+//
+// Usage: npm run bench:detect -- [--runs 200] [--timeout 10s] [--spread 20s] [--concurrency N]
+//                                [--flood RATE] [--flood-runs N] [--from-sources]
 // (--concurrency defaults to the operator's own default; --from-sources runs the operator's
 // TypeScript instead of the JavaScript the image runs).
 import { spawn } from "node:child_process";
@@ -18,7 +24,7 @@ import { parseArgs } from "node:util";
 import { parseDuration } from "../../operator/api/duration.ts";
 import { LABELS } from "../../operator/api/annotations.ts";
 import { paths, type Json } from "../../operator/kube/client.ts";
-import { clientFor, componentPid, controlPlaneUp, cpuSecondsOf, FROM_SOURCES_OPTION, histogram, operatorMain, operatorWrites as writes, percentile, pool, quantile, since, until } from "./lib.ts";
+import { benchRun, clientFor, componentPid, controlPlaneUp, cpuSecondsOf, FROM_SOURCES_OPTION, histogram, operatorMain, operatorWrites as writes, percentile, pool, quantile, since, until } from "./lib.ts";
 
 const { values } = parseArgs({
   options: {
@@ -27,6 +33,8 @@ const { values } = parseArgs({
     spread: { type: "string", default: "20s" },
     concurrency: { type: "string" },
     "heartbeat-interval": { type: "string" },
+    flood: { type: "string", default: "0" },
+    "flood-runs": { type: "string", default: "200" },
     ...FROM_SOURCES_OPTION,
   },
 });
@@ -34,6 +42,10 @@ const N = Number(values.runs);
 const timeoutMs = parseDuration(values.timeout as string);
 const spreadMs = parseDuration(values.spread as string);
 const heartbeatEveryMs = values["heartbeat-interval"] ? parseDuration(values["heartbeat-interval"]) : timeoutMs / 4;
+const floodRate = Number(values.flood);
+const floodRuns = floodRate > 0 ? Number(values["flood-runs"]) : 0;
+/** Flood writes in flight at most: beyond it the flood waits, so it never piles up unbounded. */
+const FLOOD_IN_FLIGHT = 64;
 
 const log = (message: string) => process.stderr.write(`[bench] ${message}\n`);
 
@@ -99,20 +111,19 @@ async function main(): Promise<void> {
     };
     const loops: Promise<void>[] = [];
     await pool(names, 16, async (name, i) => {
-      await client.create(paths.runs(ns), {
-        apiVersion: "watchdog.dev/v1alpha1",
-        kind: "AgentRun",
-        metadata: { name },
-        spec: {
-          template: { spec: { containers: [{ name: "agent", image: "agent-watchdog:bench" }] } },
-          watchdog: { heartbeatTimeout: values.timeout, maxRestarts: 5, backoff: { initial: "10m", max: "10m" }, stall: { enabled: false } },
-        },
-      });
+      await client.create(paths.runs(ns), benchRun(name, { heartbeatTimeout: values.timeout, maxRestarts: 5, backoff: { initial: "10m", max: "10m" }, stall: { enabled: false } }));
       loops.push(heartbeatLoop(name, i));
     });
+    // The flood's runs: alive and well, they only heartbeat (once now, then in the flood).
+    const floodNames = Array.from({ length: floodRuns }, (_, i) => `flood${i}`);
+    await pool(floodNames, 16, async (name) => {
+      await client.create(paths.runs(ns), benchRun(name, { heartbeatTimeout: "1h", stall: { enabled: false } }));
+    });
+    await until("every run's pod", async () => (await client.get<{ items: unknown[] }>(paths.pods(ns))).items.length === N + floodRuns);
+    await pool(floodNames, 16, (name) => heartbeat(name));
     await until("every run Planning", async () => {
       const list = await client.get<{ items: { status?: { phase?: string } }[] }>(paths.runs(ns));
-      return list.items.filter((r) => r.status?.phase === "Planning").length === N;
+      return list.items.filter((r) => r.status?.phase === "Planning").length === N + floodRuns;
     });
 
     // Steady state: heartbeats only. The operator should write nothing.
@@ -149,8 +160,34 @@ async function main(): Promise<void> {
     const stopStart = Date.now() + 1000;
     log(`stopping heartbeats of ${N} runs over ${values.spread}`);
     names.forEach((name, i) => stopAt.set(name, stopStart + (i / N) * spreadMs));
+    const flood = { sent: 0, latencies: [] as number[], failed: 0, from: 0, to: 0, stop: false };
+    const flooding = (async () => {
+      if (floodRate <= 0) return;
+      await new Promise((r) => setTimeout(r, Math.max(0, stopStart - Date.now())));
+      flood.from = Date.now();
+      let inFlight = 0;
+      let next = 0;
+      while (!flood.stop) {
+        // Due by now at the rate, less what was sent; at most FLOOD_IN_FLIGHT outstanding.
+        const due = Math.floor(((Date.now() - flood.from) / 1000) * floodRate) - flood.sent;
+        for (let i = 0; i < due && inFlight < FLOOD_IN_FLIGHT; i++) {
+          const name = floodNames[next++ % floodNames.length] as string;
+          const sentAt = Date.now();
+          flood.sent++;
+          inFlight++;
+          heartbeat(name).then(
+            () => flood.latencies.push(Date.now() - sentAt),
+            () => flood.failed++,
+          ).finally(() => inFlight--);
+        }
+        await new Promise((r) => setTimeout(r, 5));
+      }
+      flood.to = Date.now();
+    })();
     await Promise.all(loops);
     await until("every hung pod deleted", async () => names.every((n) => deletedAt.has(`${n}-1`)), timeoutMs + spreadMs + 120_000);
+    flood.stop = true;
+    await flooding;
     watch.abort();
     const apiserverCores = (cpuSecondsOf(apiserverPid) - apiserverCpuBefore) / ((Date.now() - killsFrom) / 1000);
 
@@ -187,6 +224,16 @@ async function main(): Promise<void> {
       operatorDetectionMs: { p50: ms(quantile(detection, 0.5)), p99: ms(quantile(detection, 0.99)) },
       operatorRequestP99Ms: { PATCH: requestP99("PATCH"), DELETE: requestP99("DELETE") },
       apiserverCores: Math.round(apiserverCores * 100) / 100,
+      flood: floodRate > 0
+        ? {
+            asked: floodRate,
+            runs: floodRuns,
+            achievedPerSecond: Math.round(flood.latencies.length / ((flood.to - flood.from) / 1000)),
+            writes: flood.latencies.length,
+            failed: flood.failed,
+            p99Ms: percentile([...flood.latencies].sort((a, b) => a - b), 99),
+          }
+        : undefined,
       operatorRssMiB: Math.round((rss / 1024 / 1024) * 10) / 10,
       operatorHeapUsedMiB: heapMiB,
     };
@@ -199,6 +246,9 @@ async function main(): Promise<void> {
         `  from the heartbeat's answer p50 ${result.answeredDeadlineToDeletionMs.p50} ms   p99 ${result.answeredDeadlineToDeletionMs.p99} ms   max ${result.answeredDeadlineToDeletionMs.max} ms`,
         `  as the operator counts it   p50 ${result.operatorDetectionMs.p50} ms   p99 ${result.operatorDetectionMs.p99} ms (its histogram's buckets)`,
         `operator's requests, p99      status PATCH ${result.operatorRequestP99Ms.PATCH} ms, pod DELETE ${result.operatorRequestP99Ms.DELETE} ms; API server ${result.apiserverCores} cores busy`,
+        ...(result.flood
+          ? [`heartbeat flood               ${result.flood.achievedPerSecond}/s achieved of ${floodRate}/s asked, over ${floodRuns} runs during the kills: ${result.flood.writes} writes (${result.flood.failed} failed), p99 ${result.flood.p99Ms} ms`]
+          : []),
         `deleted before the deadline   ${early}`,
         `operator writes / heartbeat   ${result.operatorWritesPerHeartbeat.toFixed(4)}  (${writesDuring} writes during ${steadyHeartbeats} heartbeats)`,
         `operator RSS                  ${result.operatorRssMiB} MiB (V8 heap in use ${heapMiB} MiB)`,

@@ -74,6 +74,46 @@ export function endToolSpan(span: Span, failure?: ToolFailure): void {
   span.end();
 }
 
+export interface ModelCallFacts {
+  /** The model asked for, as the framework names it. */
+  model?: string;
+  /** The provider, as the GenAI conventions name it (openai, anthropic, ...). */
+  provider?: string;
+  /** When the call started (ms since the epoch) and when it ended (default: now). */
+  startedAt: number;
+  endedAt?: number;
+  tokens?: { inputTokens: number; outputTokens: number };
+  finishReason?: string;
+  responseId?: string;
+  /** The call failed: why. */
+  error?: string;
+}
+
+/**
+ * Records one model call, once it has ended, as a GenAI `chat <model>` span under the active span
+ * or the attempt: what the adapters learn from their framework's hooks, for frameworks that make
+ * no OpenTelemetry spans of their own (or none without an integration).
+ */
+export function recordModelCall(facts: ModelCallFacts): void {
+  const active = context.active();
+  const parent = trace.getSpan(active) ? active : (attemptContext() ?? active);
+  const attributes: Record<string, string | number | string[]> = { "gen_ai.operation.name": "chat" };
+  if (facts.model) attributes["gen_ai.request.model"] = facts.model;
+  if (facts.provider) attributes["gen_ai.provider.name"] = facts.provider;
+  if (facts.tokens) {
+    attributes["gen_ai.usage.input_tokens"] = facts.tokens.inputTokens;
+    attributes["gen_ai.usage.output_tokens"] = facts.tokens.outputTokens;
+  }
+  if (facts.finishReason) attributes["gen_ai.response.finish_reasons"] = [facts.finishReason];
+  if (facts.responseId) attributes["gen_ai.response.id"] = facts.responseId;
+  const span = trace.getTracer(TRACER).startSpan(facts.model ? `chat ${facts.model}` : "chat", { kind: SpanKind.CLIENT, startTime: facts.startedAt, attributes }, parent);
+  if (facts.error !== undefined) {
+    span.setStatus({ code: SpanStatusCode.ERROR, message: facts.error });
+    span.setAttribute("error.type", "model_call_failed");
+  }
+  span.end(Math.max(facts.startedAt, facts.endedAt ?? Date.now()));
+}
+
 /** Exports what the agent's tracer provider holds, if it has one, before the process ends. */
 export async function flushTraces(ms: number): Promise<void> {
   const provider = trace.getTracerProvider() as { getDelegate?: () => unknown };

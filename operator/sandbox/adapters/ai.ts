@@ -13,7 +13,8 @@
 //   aborts the call with that error as the reason, since the AI SDK hands every error a tool
 //   throws to the model;
 // - the final text is reported with sandbox.say(), a stream with sandbox.beginStream();
-// - each model call's usage (onLanguageModelCallEnd) is reported with sandbox.recordUsage(), and
+// - each model call's usage (onLanguageModelCallEnd) is reported with sandbox.recordUsage() and
+//   as a GenAI `chat <model>` span (when the agent registered an OpenTelemetry SDK), and
 //   each step is refused (prepareStep) with BudgetExhaustedError once the run's budget is
 //   exhausted: the call ends with that error, as with any error that must stop the agent.
 import { generateText as aiGenerateText, streamText as aiStreamText } from "ai";
@@ -33,7 +34,8 @@ import type {
 } from "ai";
 import { canonicalJson } from "../keys.ts";
 import type { Sandbox, StreamHandle } from "../sandbox.ts";
-import { callTool, mustStop, reportUsage, type AdapterOptions, type UsageOptions } from "./common.ts";
+import { recordModelCall } from "../tracing.ts";
+import { callTool, mustStop, reportUsage, tokensField, type AdapterOptions, type UsageOptions } from "./common.ts";
 
 /** The AI SDK's Context (a tool's or the run's context object), which `ai` does not export. */
 type Context = Record<string, unknown>;
@@ -262,6 +264,14 @@ function begin(sandbox: Sandbox, userSignal: AbortSignal | undefined) {
         }) as PrepareStepFunction<TOOLS, RUNTIME_CONTEXT>,
         onLanguageModelCallEnd: async (event: LanguageModelCallEndEvent<TOOLS>) => {
           reportUsage(sandbox, event.usage, event.modelId, options);
+          recordModelCall({
+            model: event.modelId,
+            provider: event.provider,
+            startedAt: Date.now() - (event.performance?.responseTimeMs ?? 0),
+            ...tokensField(event.usage),
+            finishReason: event.finishReason,
+            responseId: event.responseId,
+          });
           await onCallEnd?.(event);
         },
         experimental_onLanguageModelCallEnd: undefined,

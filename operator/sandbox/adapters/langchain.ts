@@ -16,7 +16,8 @@
 // Usage. The callback handler reports each model call's tokens (the messages' usage_metadata, else
 // llmOutput.tokenUsage) with sandbox.recordUsage(), under the model's name (ls_model_name), and
 // refuses to start a model call once the run's budget is exhausted: BudgetExhaustedError, which
-// runGraph rethrows as it does any error that must stop the agent.
+// runGraph rethrows as it does any error that must stop the agent. Each model call is also a
+// GenAI `chat <model>` span under the attempt (when the agent registered an OpenTelemetry SDK).
 import { BaseCallbackHandler } from "@langchain/core/callbacks/base";
 import type { CallbackManagerForToolRun, Callbacks } from "@langchain/core/callbacks/manager";
 import type { ChatModelStreamEvent } from "@langchain/core/language_models/event";
@@ -27,6 +28,7 @@ import { Command, INTERRUPT, isInterrupted, type Interrupt, type StateSnapshot }
 import type { Sandbox, StreamHandle } from "../sandbox.ts";
 import type { ToolContext } from "../tool-runner.ts";
 import { callTool, mustStop, reportUsage, tokensOf, type AdapterOptions, type Tokens, type UsageOptions } from "./common.ts";
+import { recordModelCall } from "../tracing.ts";
 
 export type { AdapterOptions } from "./common.ts";
 
@@ -183,6 +185,8 @@ export class WatchdogCallbackHandler extends BaseCallbackHandler {
   private readonly streams = new Map<string, StreamHandle>();
   /** The model name of each model call under way, from its metadata (ls_model_name). */
   private readonly models = new Map<string, string>();
+  /** When each model call under way started, for its span. */
+  private readonly modelStarts = new Map<string, number>();
 
   constructor(sandbox: Sandbox, options: CallbackOptions = {}) {
     // Awaited, so reports are written in order and before the run's promise settles.
@@ -232,9 +236,12 @@ export class WatchdogCallbackHandler extends BaseCallbackHandler {
     await this.sandbox.say(text);
   }
 
-  override handleLLMError(_err: unknown, runId: string): void {
+  override handleLLMError(err: unknown, runId: string): void {
     // A failed generation's partial text is not the agent's final text.
     this.streams.delete(runId);
+    const model = this.models.get(runId);
+    recordModelCall({ ...(model ? { model } : {}), startedAt: this.modelStarts.get(runId) ?? Date.now(), error: err instanceof Error ? err.message : String(err) });
+    this.modelStarts.delete(runId);
     this.models.delete(runId);
     this.sandbox.progress();
   }
@@ -277,6 +284,7 @@ export class WatchdogCallbackHandler extends BaseCallbackHandler {
     }
     const model = metadata?.ls_model_name;
     if (typeof model === "string") this.models.set(runId, model);
+    this.modelStarts.set(runId, Date.now());
   }
 
   /** A model call's usage: its messages' usage_metadata, else what the model put in llmOutput. */
@@ -295,7 +303,10 @@ export class WatchdogCallbackHandler extends BaseCallbackHandler {
     }
     const llmOutput = output.llmOutput as Record<string, unknown> | undefined;
     tokens ??= tokensOf(llmOutput?.tokenUsage) ?? tokensOf(llmOutput?.usage) ?? tokensOf(llmOutput?.estimatedTokenUsage);
-    reportUsage(this.sandbox, tokens, named ?? responseModel ?? llmOutput?.model_name ?? llmOutput?.model, this.options);
+    const model = named ?? responseModel ?? llmOutput?.model_name ?? llmOutput?.model;
+    reportUsage(this.sandbox, tokens, model, this.options);
+    recordModelCall({ ...(typeof model === "string" ? { model } : {}), startedAt: this.modelStarts.get(runId) ?? Date.now(), ...(tokens ? { tokens } : {}) });
+    this.modelStarts.delete(runId);
   }
 
   private token(token: string, runId: string): void {

@@ -7,7 +7,11 @@ import { join } from "node:path";
 import { context, trace } from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from "@opentelemetry/sdk-trace";
+import { FakeListChatModel } from "@langchain/core/utils/testing";
+import { MockLanguageModelV4 } from "ai/test";
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
+import { generateText } from "../../../operator/sandbox/adapters/ai.ts";
+import { watchdogCallbacks } from "../../../operator/sandbox/adapters/langchain.ts";
 import { createLogger } from "../../../operator/log.ts";
 import { ToolError } from "../../../operator/sandbox/errors.ts";
 import { runAgent } from "../../../operator/sandbox/runner.ts";
@@ -94,5 +98,37 @@ describe("the sandbox's spans", () => {
     const [span] = exporter.getFinishedSpans();
     // A trace of its own: no parent it could not have been given.
     expect(span!.parentSpanContext).toBeUndefined();
+  });
+
+  it("makes each model call through the AI SDK adapter a chat span under the attempt, with its model and usage", async () => {
+    const usage = { inputTokens: { total: 1200, noCache: 1200, cacheRead: 0, cacheWrite: 0 }, outputTokens: { total: 80, text: 80, reasoning: 0 } };
+    const model = new MockLanguageModelV4({ doGenerate: async () => ({ content: [{ type: "text", text: "done" }], finishReason: { unified: "stop", raw: undefined }, usage, warnings: [] }) });
+    await run(new FakeApi(), async (s) => void (await generateText(s, { model, prompt: "go" })));
+    const [chat] = exporter.getFinishedSpans().filter((span) => span.name.startsWith("chat"));
+    expect(chat!.name).toBe("chat mock-model-id");
+    expect(chat!.parentSpanContext?.spanId).toBe(ATTEMPT_SPAN);
+    expect(chat!.attributes).toMatchObject({
+      "gen_ai.operation.name": "chat",
+      "gen_ai.request.model": "mock-model-id",
+      "gen_ai.provider.name": "mock-provider",
+      "gen_ai.usage.input_tokens": 1200,
+      "gen_ai.usage.output_tokens": 80,
+      "gen_ai.response.finish_reasons": ["stop"],
+    });
+  });
+
+  it("makes each model call a LangChain callback sees a chat span under the attempt", async () => {
+    const model = new FakeListChatModel({ responses: ["first", "second"] });
+    await run(new FakeApi(), async (s) => {
+      const callbacks = [watchdogCallbacks(s, { stream: false })];
+      await model.invoke("one", { callbacks });
+      await model.invoke("two", { callbacks });
+    });
+    const chats = exporter.getFinishedSpans().filter((span) => span.name.startsWith("chat"));
+    expect(chats).toHaveLength(2);
+    for (const chat of chats) {
+      expect(chat.parentSpanContext?.spanId).toBe(ATTEMPT_SPAN);
+      expect(chat.attributes["gen_ai.operation.name"]).toBe("chat");
+    }
   });
 });

@@ -5,16 +5,16 @@
 import { context, trace } from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
-import { resourceFromAttributes } from "@opentelemetry/resources";
+import { detectResources, envDetector, resourceFromAttributes } from "@opentelemetry/resources";
 import { BatchSpanProcessor, TracerProvider } from "@opentelemetry/sdk-trace";
-import { resourceAttributes, tracingRequested } from "../tracing/tracer.ts";
+import { tracingRequested } from "../tracing/tracer.ts";
 
 /** Registers a global tracer provider exporting over OTLP/HTTP; false when none is asked for. */
 export function startAgentTracing(env: NodeJS.ProcessEnv = process.env): boolean {
   if (!tracingRequested(env)) return false;
   context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
   const provider = new TracerProvider({
-    resource: resourceFromAttributes(resourceAttributes({ OTEL_SERVICE_NAME: "example-agent", ...env })),
+    resource: resourceFromAttributes({ "service.name": "example-agent" }).merge(detectResources({ detectors: [envDetector] })),
     spanProcessors: [new BatchSpanProcessor({ exporter: new OTLPTraceExporter(), scheduledDelayMillis: 500 })],
   });
   trace.setGlobalTracerProvider(provider);

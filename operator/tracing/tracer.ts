@@ -27,22 +27,6 @@ export function tracingRequested(env: NodeJS.ProcessEnv): boolean {
   return Boolean(env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim() || env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim());
 }
 
-/** OTEL_RESOURCE_ATTRIBUTES (`key=value,...`, values percent-encoded) with OTEL_SERVICE_NAME over it. */
-export function resourceAttributes(env: NodeJS.ProcessEnv): Record<string, string> {
-  const attributes: Record<string, string> = {};
-  for (const pair of (env.OTEL_RESOURCE_ATTRIBUTES ?? "").split(",")) {
-    const at = pair.indexOf("=");
-    if (at <= 0) continue;
-    try {
-      attributes[pair.slice(0, at).trim()] = decodeURIComponent(pair.slice(at + 1).trim());
-    } catch {
-      // A malformed value is skipped, as the SDK's own detector does.
-    }
-  }
-  attributes["service.name"] = env.OTEL_SERVICE_NAME?.trim() || attributes["service.name"] || "agent-watchdog";
-  return attributes;
-}
-
 /** Hands the SDK the ids of the span being started: they are derived, never random. */
 class DerivedIds {
   traceId = "";
@@ -75,7 +59,7 @@ export class RunTracer {
   static async start(log: Logger, env: NodeJS.ProcessEnv = process.env): Promise<RunTracer | undefined> {
     if (!tracingRequested(env)) return undefined;
     // Loaded only when asked for: an operator without traces carries none of the SDK.
-    const [{ TracerProvider, BatchSpanProcessor }, { OTLPTraceExporter }, { resourceFromAttributes }] = await Promise.all([
+    const [{ TracerProvider, BatchSpanProcessor }, { OTLPTraceExporter }, { detectResources, envDetector, resourceFromAttributes }] = await Promise.all([
       import("@opentelemetry/sdk-trace"),
       import("@opentelemetry/exporter-trace-otlp-http"),
       import("@opentelemetry/resources"),
@@ -84,7 +68,8 @@ export class RunTracer {
     const delay = Number(env.OTEL_BSP_SCHEDULE_DELAY);
     const provider = new TracerProvider({
       idGenerator: ids,
-      resource: resourceFromAttributes(resourceAttributes(env)),
+      // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, read by the SDK's own detector, over the default name.
+      resource: resourceFromAttributes({ "service.name": "agent-watchdog" }).merge(detectResources({ detectors: [envDetector] })),
       spanProcessors: [new BatchSpanProcessor({ exporter: new OTLPTraceExporter(), scheduledDelayMillis: Number.isFinite(delay) && delay > 0 ? delay : DEFAULT_EXPORT_DELAY_MS })],
     });
     log.info({ endpoint: env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || env.OTEL_EXPORTER_OTLP_ENDPOINT }, "tracing runs over OTLP");
@@ -93,9 +78,13 @@ export class RunTracer {
 
   /**
    * The reconciler's observer: `run` as it is after the reconcile, `before` as the reconcile found
-   * it (the same object when nothing was written).
+   * it (the same object when nothing was written). The first write seen for a run first replays
+   * what `before` held, which this process did not write.
    */
   observe(run: Json, before: Json): void {
+    // Spans end only at what this process writes: a reconcile that wrote nothing (a heartbeat's,
+    // above all) hands back the object it found, and costs nothing here.
+    if (run === before) return;
     const metadata = (run.metadata ?? {}) as { uid?: string; name?: string; namespace?: string; creationTimestamp?: string };
     if (!metadata.uid || !metadata.name || !metadata.namespace) return;
     const identity: RunIdentity = {

@@ -35,7 +35,7 @@ import type {
 import { canonicalJson } from "../keys.ts";
 import type { Sandbox, StreamHandle } from "../sandbox.ts";
 import { recordModelCall } from "../tracing.ts";
-import { callTool, mustStop, reportUsage, tokensField, type AdapterOptions, type UsageOptions } from "./common.ts";
+import { callTool, mustStop, reportUsage, tokensOf, type AdapterOptions, type UsageOptions } from "./common.ts";
 
 /** The AI SDK's Context (a tool's or the run's context object), which `ai` does not export. */
 type Context = Record<string, unknown>;
@@ -268,7 +268,7 @@ function begin(sandbox: Sandbox, userSignal: AbortSignal | undefined) {
             model: event.modelId,
             provider: event.provider,
             startedAt: Date.now() - (event.performance?.responseTimeMs ?? 0),
-            ...tokensField(event.usage),
+            tokens: tokensOf(event.usage),
             finishReason: event.finishReason,
             responseId: event.responseId,
           });

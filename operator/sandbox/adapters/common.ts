@@ -105,12 +105,6 @@ export function tokensOf(usage: unknown): Tokens | undefined {
   return undefined;
 }
 
-/** `{ tokens }` for a model call's span when `usage` has them, else nothing. */
-export function tokensField(usage: unknown): { tokens?: Tokens } {
-  const tokens = tokensOf(usage);
-  return tokens ? { tokens } : {};
-}
-
 /**
  * Reports one model call's usage (anything tokensOf() reads) under `model`, unless the options
  * turn it off. Never throws: a framework's odd usage object must not break the agent's run.

@@ -239,8 +239,7 @@ export class WatchdogCallbackHandler extends BaseCallbackHandler {
   override handleLLMError(err: unknown, runId: string): void {
     // A failed generation's partial text is not the agent's final text.
     this.streams.delete(runId);
-    const model = this.models.get(runId);
-    recordModelCall({ ...(model ? { model } : {}), startedAt: this.modelStarts.get(runId) ?? Date.now(), error: err instanceof Error ? err.message : String(err) });
+    recordModelCall({ model: this.models.get(runId), startedAt: this.modelStarts.get(runId) ?? Date.now(), error: err instanceof Error ? err.message : String(err) });
     this.modelStarts.delete(runId);
     this.models.delete(runId);
     this.sandbox.progress();
@@ -305,7 +304,7 @@ export class WatchdogCallbackHandler extends BaseCallbackHandler {
     tokens ??= tokensOf(llmOutput?.tokenUsage) ?? tokensOf(llmOutput?.usage) ?? tokensOf(llmOutput?.estimatedTokenUsage);
     const model = named ?? responseModel ?? llmOutput?.model_name ?? llmOutput?.model;
     reportUsage(this.sandbox, tokens, model, this.options);
-    recordModelCall({ ...(typeof model === "string" ? { model } : {}), startedAt: this.modelStarts.get(runId) ?? Date.now(), ...(tokens ? { tokens } : {}) });
+    recordModelCall({ model: typeof model === "string" ? model : undefined, startedAt: this.modelStarts.get(runId) ?? Date.now(), tokens });
     this.modelStarts.delete(runId);
   }
 

@@ -19,7 +19,8 @@
 #   KIND_CLUSTER_NAME  cluster name (default agent-watchdog-e2e); a cluster of
 #                      that name left from an earlier run is deleted first
 #   KIND_NODE_IMAGE    node image for `kind create cluster --image` (default:
-#                      kind's own default)
+#                      kind's own default); Kubernetes 1.36 or later, which
+#                      the chart requires
 #   KIND               kind command (default: `kind` on PATH, else
 #                      `go run sigs.k8s.io/kind@v0.33.0`)
 #   DOCKER             docker command (default docker)

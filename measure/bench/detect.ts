@@ -156,7 +156,20 @@ async function main(): Promise<void> {
     const beforeKills = await metrics();
     const apiserverPid = componentPid(kubeconfig, "kube-apiserver");
     const apiserverCpuBefore = cpuSecondsOf(apiserverPid);
+    const operatorCpuBefore = cpuSecondsOf(operator.pid);
     const killsFrom = Date.now();
+    // Where a kill waits inside the operator: its event loop's worst delay and its queue's depth,
+    // sampled each second (the loop-delay figure covers the second since the last sample).
+    const inside = { loopLagMaxMs: 0, depthMax: 0, sampling: true };
+    const sampling = (async () => {
+      while (inside.sampling) {
+        const text = await metrics().catch(() => "");
+        const value = (name: string) => Number(text.split("\n").find((l) => l.startsWith(name))?.split(" ").at(-1) ?? 0);
+        inside.loopLagMaxMs = Math.max(inside.loopLagMaxMs, Math.round(value("nodejs_eventloop_lag_max_seconds ") * 1000));
+        inside.depthMax = Math.max(inside.depthMax, value("workqueue_depth{"));
+        await new Promise((r) => setTimeout(r, 1000));
+      }
+    })();
     const stopStart = Date.now() + 1000;
     log(`stopping heartbeats of ${N} runs over ${values.spread}`);
     names.forEach((name, i) => stopAt.set(name, stopStart + (i / N) * spreadMs));
@@ -190,6 +203,9 @@ async function main(): Promise<void> {
     await flooding;
     watch.abort();
     const apiserverCores = (cpuSecondsOf(apiserverPid) - apiserverCpuBefore) / ((Date.now() - killsFrom) / 1000);
+    const operatorCores = (cpuSecondsOf(operator.pid) - operatorCpuBefore) / ((Date.now() - killsFrom) / 1000);
+    inside.sampling = false;
+    await sampling;
 
     const latencies = [...deadlines].map(([pod, deadline]) => (deletedAt.get(pod) as number) - deadline).sort((a, b) => a - b);
     const fromAnswer = [...answeredDeadlines].map(([pod, deadline]) => (deletedAt.get(pod) as number) - deadline).sort((a, b) => a - b);
@@ -224,6 +240,11 @@ async function main(): Promise<void> {
       operatorDetectionMs: { p50: ms(quantile(detection, 0.5)), p99: ms(quantile(detection, 0.99)) },
       operatorRequestP99Ms: { PATCH: requestP99("PATCH"), DELETE: requestP99("DELETE") },
       apiserverCores: Math.round(apiserverCores * 100) / 100,
+      operatorCores: Math.round(operatorCores * 100) / 100,
+      operatorQueueWaitP99Ms: ms(quantile(since(histogram(finalMetrics, "workqueue_queue_duration_seconds"), histogram(beforeKills, "workqueue_queue_duration_seconds")), 0.99)),
+      operatorReconcileP99Ms: ms(quantile(since(histogram(finalMetrics, "workqueue_work_duration_seconds"), histogram(beforeKills, "workqueue_work_duration_seconds")), 0.99)),
+      operatorLoopLagMaxMs: inside.loopLagMaxMs,
+      operatorQueueDepthMax: inside.depthMax,
       flood: floodRate > 0
         ? {
             asked: floodRate,
@@ -246,6 +267,7 @@ async function main(): Promise<void> {
         `  from the heartbeat's answer p50 ${result.answeredDeadlineToDeletionMs.p50} ms   p99 ${result.answeredDeadlineToDeletionMs.p99} ms   max ${result.answeredDeadlineToDeletionMs.max} ms`,
         `  as the operator counts it   p50 ${result.operatorDetectionMs.p50} ms   p99 ${result.operatorDetectionMs.p99} ms (its histogram's buckets)`,
         `operator's requests, p99      status PATCH ${result.operatorRequestP99Ms.PATCH} ms, pod DELETE ${result.operatorRequestP99Ms.DELETE} ms; API server ${result.apiserverCores} cores busy`,
+        `inside the operator           queue wait p99 ${result.operatorQueueWaitP99Ms} ms, reconcile p99 ${result.operatorReconcileP99Ms} ms, queue depth max ${result.operatorQueueDepthMax}, event-loop delay max ${result.operatorLoopLagMaxMs} ms; ${result.operatorCores} cores busy`,
         ...(result.flood
           ? [`heartbeat flood               ${result.flood.achievedPerSecond}/s achieved of ${floodRate}/s asked, over ${floodRuns} runs during the kills: ${result.flood.writes} writes (${result.flood.failed} failed), p99 ${result.flood.p99Ms} ms`]
           : []),

@@ -104,8 +104,14 @@ const OPERATOR_ACCOUNT = "operator";
 export const OPERATOR_USER = `system:serviceaccount:${AUDITED_NAMESPACE}:${OPERATOR_ACCOUNT}`;
 export const JOB_CONTROLLER_USER = "system:serviceaccount:kube-system:job-controller";
 
-/** A kubeconfig for a cluster-admin service account of the audited namespace. */
-export async function operatorKubeconfig(client: KubeClient, adminKubeconfig: string): Promise<string> {
+/** The audit log's user name of service account `account` of the audited namespace. */
+export const auditedUser = (account: string) => `system:serviceaccount:${AUDITED_NAMESPACE}:${account}`;
+
+/**
+ * A kubeconfig for a cluster-admin service account of the audited namespace (`operator`, or one
+ * per replica when a test must tell replicas apart in the audit log).
+ */
+export async function operatorKubeconfig(client: KubeClient, adminKubeconfig: string, account = OPERATOR_ACCOUNT): Promise<string> {
   const ensure = async (path: string, object: unknown) => {
     try {
       await client.create(path, object);
@@ -114,15 +120,15 @@ export async function operatorKubeconfig(client: KubeClient, adminKubeconfig: st
     }
   };
   await ensure("/api/v1/namespaces", { apiVersion: "v1", kind: "Namespace", metadata: { name: AUDITED_NAMESPACE } });
-  await ensure(`/api/v1/namespaces/${AUDITED_NAMESPACE}/serviceaccounts`, { apiVersion: "v1", kind: "ServiceAccount", metadata: { name: OPERATOR_ACCOUNT } });
+  await ensure(`/api/v1/namespaces/${AUDITED_NAMESPACE}/serviceaccounts`, { apiVersion: "v1", kind: "ServiceAccount", metadata: { name: account } });
   await ensure("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
     apiVersion: "rbac.authorization.k8s.io/v1",
     kind: "ClusterRoleBinding",
-    metadata: { name: `${AUDITED_NAMESPACE}-${OPERATOR_ACCOUNT}` },
+    metadata: { name: `${AUDITED_NAMESPACE}-${account}` },
     roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "cluster-admin" },
-    subjects: [{ kind: "ServiceAccount", name: OPERATOR_ACCOUNT, namespace: AUDITED_NAMESPACE }],
+    subjects: [{ kind: "ServiceAccount", name: account, namespace: AUDITED_NAMESPACE }],
   });
-  const request = await client.create<{ status: { token: string } }>(`/api/v1/namespaces/${AUDITED_NAMESPACE}/serviceaccounts/${OPERATOR_ACCOUNT}/token`, {
+  const request = await client.create<{ status: { token: string } }>(`/api/v1/namespaces/${AUDITED_NAMESPACE}/serviceaccounts/${account}/token`, {
     apiVersion: "authentication.k8s.io/v1",
     kind: "TokenRequest",
     spec: { expirationSeconds: 24 * 3600 },
@@ -135,8 +141,8 @@ export async function operatorKubeconfig(client: KubeClient, adminKubeconfig: st
   const kc = new KubeConfig();
   kc.loadFromOptions({
     clusters: [{ name: "bench", server: cluster.server, caFile: cluster.caFile, caData: cluster.caData, skipTLSVerify: false }],
-    users: [{ name: OPERATOR_ACCOUNT, token: request.status.token }],
-    contexts: [{ name: "bench", cluster: "bench", user: OPERATOR_ACCOUNT }],
+    users: [{ name: account, token: request.status.token }],
+    contexts: [{ name: "bench", cluster: "bench", user: account }],
     currentContext: "bench",
   });
   writeFileSync(path, kc.exportConfig(), { mode: 0o600 });
@@ -274,6 +280,8 @@ export interface AuditedRequest {
   /** resource[/subresource] */
   resource: string;
   namespace: string;
+  /** The object's name, when the request named one. */
+  name: string;
   /** When the API server received it (ms since epoch). */
   at: number;
   code: number;
@@ -321,7 +329,7 @@ export class AuditLog {
         verb: string;
         user: { username: string };
         userAgent?: string;
-        objectRef?: { resource?: string; subresource?: string; namespace?: string };
+        objectRef?: { resource?: string; subresource?: string; namespace?: string; name?: string };
         requestReceivedTimestamp: string;
         responseStatus?: { code?: number };
       };
@@ -333,6 +341,7 @@ export class AuditLog {
         verb: event.verb,
         resource: `${ref.resource ?? ""}${ref.subresource ? `/${ref.subresource}` : ""}`,
         namespace: ref.namespace ?? "",
+        name: ref.name ?? "",
         at: Date.parse(event.requestReceivedTimestamp),
         code: event.responseStatus?.code ?? 0,
       });
@@ -395,5 +404,119 @@ export function benchRun(name: string, watchdog: Json): Json {
     kind: "AgentRun",
     metadata: { name },
     spec: { template: { spec: { containers: [{ name: "agent", image: "agent-watchdog:bench" }] } }, watchdog },
+  };
+}
+
+/** One line of an operator's log (pino's JSON): when it was written, its level, message and fields. */
+export interface LogLine {
+  at: number;
+  level: string;
+  msg: string;
+  fields: Record<string, unknown>;
+}
+
+export interface ReplicaChild extends OperatorChild {
+  /** Its POD_NAME: the identity it holds Leases under. */
+  identity: string;
+  /** Its log lines (info and above), in the order written. */
+  logs: LogLine[];
+  /** Resolves once the process has exited. */
+  exited: Promise<void>;
+}
+
+/**
+ * Starts one replica of the operator (`main`, see operatorMain) for the namespaces, as
+ * startOperator does, but under the identity `identity` (POD_NAME, as the chart's Deployment sets
+ * it) and logging at info level, whose lines it keeps; resolves once its metrics answer.
+ */
+export async function startReplica(main: string, kubeconfig: string, namespaces: string[], identity: string, args: string[] = [], nodeArgs: string[] = []): Promise<ReplicaChild> {
+  const metricsPort = await freePort();
+  const healthPort = await freePort();
+  const spawnedAt = Date.now();
+  const child = spawn(
+    process.execPath,
+    [
+      ...nodeArgs,
+      main,
+      `--namespaces=${namespaces.join(",")}`,
+      `--metrics-bind-address=127.0.0.1:${metricsPort}`,
+      `--health-probe-bind-address=127.0.0.1:${healthPort}`,
+      "--log-level=info",
+      "--sandbox-service-account=none",
+      ...args,
+    ],
+    { env: { ...process.env, KUBECONFIG: kubeconfig, POD_NAME: identity }, stdio: ["ignore", "pipe", "inherit"] },
+  );
+  const logs: LogLine[] = [];
+  let rest = "";
+  child.stdout?.setEncoding("utf8");
+  child.stdout?.on("data", (chunk: string) => {
+    const lines = (rest + chunk).split("\n");
+    rest = lines.pop() ?? "";
+    for (const line of lines) {
+      try {
+        const fields = JSON.parse(line) as Record<string, unknown>;
+        logs.push({ at: Date.parse(String(fields.time)), level: String(fields.level), msg: String(fields.msg), fields });
+      } catch {
+        // Not a log line of the operator's (nothing else writes to its stdout).
+      }
+    }
+  });
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  const metrics = () => fetch(`http://127.0.0.1:${metricsPort}/metrics`).then((r) => r.text());
+  await until(
+    `replica ${identity}'s metrics`,
+    () => {
+      if (child.exitCode !== null) throw new Error(`replica ${identity} exited with ${child.exitCode}`);
+      return metrics().then(() => true, () => false);
+    },
+    60_000,
+  );
+  return {
+    identity,
+    child,
+    spawnedAt,
+    logs,
+    exited,
+    metrics,
+    ready: () => fetch(`http://127.0.0.1:${healthPort}/readyz`).then((r) => r.ok, () => false),
+    rssBytes: () => rssOf(child.pid),
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
+      await exited;
+    },
+  };
+}
+
+/**
+ * One line of the audit log, read as AuditLog reads it: the request, when the line records one
+ * completed (or ended in a panic); undefined for any other stage, and for a line that is not JSON.
+ */
+export function auditedRequest(line: string): AuditedRequest | undefined {
+  let event: {
+    stage?: string;
+    verb?: string;
+    user?: { username?: string };
+    userAgent?: string;
+    objectRef?: { resource?: string; subresource?: string; namespace?: string; name?: string };
+    requestReceivedTimestamp?: string;
+    responseStatus?: { code?: number };
+  };
+  try {
+    event = JSON.parse(line) as typeof event;
+  } catch {
+    return undefined;
+  }
+  if (event.stage !== "ResponseComplete" && event.stage !== "Panic") return undefined;
+  const ref = event.objectRef ?? {};
+  return {
+    user: event.user?.username ?? "",
+    userAgent: event.userAgent ?? "",
+    verb: event.verb ?? "",
+    resource: `${ref.resource ?? ""}${ref.subresource ? `/${ref.subresource}` : ""}`,
+    namespace: ref.namespace ?? "",
+    name: ref.name ?? "",
+    at: Date.parse(event.requestReceivedTimestamp ?? ""),
+    code: event.responseStatus?.code ?? 0,
   };
 }

@@ -41,6 +41,11 @@ export const LABELS = {
   run: "watchdog.dev/run",
   /** On every sandbox pod: the attempt it serves. */
   attempt: "watchdog.dev/attempt",
+  /**
+   * On every run (stamped at admission, or by the operator) and copied to its pods: the shard
+   * whose Lease holder supervises it (sharding.ts). Never changes once set.
+   */
+  shard: "watchdog.dev/shard",
 } as const;
 
 export const SANDBOX_ENV = {

@@ -4,7 +4,7 @@ import type { Server } from "node:http";
 import { Controller } from "../controller/controller.ts";
 import { DEFECTS, chosenDefect } from "../defects.ts";
 import { EventRecorder } from "../controller/events.ts";
-import { LEADER_DEFAULTS, LeaderElector } from "../controller/leader.ts";
+import { LEADER_DEFAULTS, LeaderElector, RELEASE_TIMEOUT_MS } from "../controller/leader.ts";
 import { Runnables } from "../controller/runnables.ts";
 import { KubeClient } from "../kube/client.ts";
 import { Ledger } from "../ledger/ledger.ts";
@@ -16,6 +16,8 @@ import { KubernetesAccess } from "../metrics/access.ts";
 import { Metrics } from "../metrics/metrics.ts";
 import { SpendingMetrics } from "../metrics/spending.ts";
 import { guarded, listen, probe, type Route, type TlsFiles } from "../metrics/server.ts";
+import { ShardedControllers } from "../sharding/sharded-controllers.ts";
+import { ShardLeases, shardLeaseName } from "../sharding/shard-leases.ts";
 import { RunTracer, tracingRequested } from "../tracing/tracer.ts";
 import { OptionsError, parseOptions, type OperatorOptions } from "./options.ts";
 
@@ -53,7 +55,8 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
   }
   const defect = chosenDefect(process.env).defect;
   if (defect) log.warn({ defect, what: DEFECTS[defect] }, "a fixed defect is re-introduced on purpose (a development switch, for the checker's proof): never run this operator for real");
-  const elector = options.leaderElect
+  const sharded = options.shards > 1;
+  const elector = options.leaderElect && !sharded
     ? new LeaderElector(
         client,
         { namespace: options.leaderElectionNamespace, name: options.leaderElectionId, identity: options.identity, ...LEADER_DEFAULTS },
@@ -63,10 +66,16 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
   // Every write of the controller and every Event first asks this: a replica past its renew
   // deadline, or one that has handed the lease back, writes nothing more, even before its workers
   // have noticed.
-  const canWrite = () => (elector ? elector.canWrite() : true);
+  // Sharded, each shard has its Lease (with leader election) and a write for a run asks its shard's.
+  const shardLeases =
+    options.leaderElect && sharded
+      ? new ShardLeases(client, { namespace: options.leaderElectionNamespace, id: options.leaderElectionId, identity: options.identity, shards: options.shards, ...LEADER_DEFAULTS }, log)
+      : undefined;
+  const canWriteShard = (shard: number) => (shardLeases ? shardLeases.canWrite(shard) : true);
+  const canWrite = () => (elector ? elector.canWrite() : shardLeases ? shardLeases.holds().some(canWriteShard) : true);
   const recorder = new EventRecorder(client, options.identity, log);
   recorder.canWrite = canWrite;
-  const controller = new Controller(client, metrics, recorder, log, {
+  const supervision = {
     namespaces: options.namespaces,
     concurrency: options.concurrency,
     resyncMs: options.resyncPeriod,
@@ -79,17 +88,23 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
       tokenExpirationSeconds: Math.round(options.sandboxTokenExpiration / 1000),
       traceparent: tracingRequested(process.env),
     },
-    canWrite,
-  });
-
+  };
+  // The ledger reads the runs from the controller, made just below, only once it runs.
   const ledger = options.databaseUrl ? Ledger.open(options.databaseUrl, { log, listRuns: () => controller.listRuns(), installBudget: options.defaults.budget }) : undefined;
+  const controller = sharded
+    ? new ShardedControllers(client, metrics, recorder, log, { ...supervision, shards: options.shards, canWrite: canWriteShard, synced: () => ledger?.requestCatchUp() })
+    : new Controller(client, metrics, recorder, log, { ...supervision, canWrite });
+
   if (ledger) controller.observe((run) => ledger.observe(run));
   const tracer = await RunTracer.start(log);
   if (tracer) controller.observe((run, _executed, before) => tracer.observe(run, before), (key) => tracer.forget(key));
 
   let leading = false;
   const leaderLabels = { name: options.leaderElectionId };
-  metrics.leaderStatus.set(leaderLabels, 0);
+  // Sharded, every replica reports every shard's Lease (1 held, 0 not), so that the alerts on
+  // leadership (none for 5 minutes, two at once) hold per shard.
+  if (sharded) for (let shard = 0; shard < options.shards; shard++) metrics.leaderStatus.set({ name: shardLeaseName(options.leaderElectionId, shard) }, 0);
+  else metrics.leaderStatus.set(leaderLabels, 0);
 
   const servers: (Server | undefined)[] = [];
   const spendingMetrics = new SpendingMetrics(metrics.registry, { maxNamespaces: options.metricsMaxNamespaces, installBudget: options.defaults.budget });
@@ -104,7 +119,7 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
     metrics.unconfirmedSandboxes.set(census.unconfirmed);
     metrics.runWaitingForPerson.reset();
     for (const { namespace, name, reason } of census.waitingForPerson) metrics.runWaitingForPerson.set({ namespace, agentrun: name, reason }, 1);
-    metrics.workqueueLongestRunning.set({ name: "agentrun", controller: "agentrun" }, controller.queue.longestRunningMs() / 1000);
+    metrics.workqueueLongestRunning.set({ name: "agentrun", controller: "agentrun" }, controller.longestRunningMs() / 1000);
     for (const informer of controller.informers) {
       const name = informer.options.name;
       metrics.mirror(`informer/${name}`, metrics.informerRestarts.labels({ informer: name }), informer.restarts);
@@ -168,8 +183,9 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
 
   const runnables = new Runnables(log);
   runnables.add({ name: "informers", leaderOnly: false, start: () => controller.startInformers() });
-  if (ledger) runnables.add({ name: "ledger catch-up", leaderOnly: true, start: () => ledger.requestCatchUp() });
-  runnables.add({
+  // Sharded, the ledger catches up as each shard's caches sync instead.
+  if (ledger && !sharded) runnables.add({ name: "ledger catch-up", leaderOnly: true, start: () => ledger?.requestCatchUp() });
+  if (controller instanceof Controller) runnables.add({
     name: "workers",
     leaderOnly: true,
     start: async () => {
@@ -186,7 +202,28 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
     metrics.leaderStatus.set(leaderLabels, 1);
     runnables.lead();
   };
-  if (elector) {
+  if (controller instanceof ShardedControllers) {
+    // Each shard held is a leadership of its own, reported as the leader gauge of its Lease.
+    const shardLease = (shard: number) => ({ name: shardLeaseName(options.leaderElectionId, shard) });
+    const acquired = (shard: number) => {
+      leading = true;
+      metrics.leaderStatus.set(shardLease(shard), 1);
+      controller.acquire(shard);
+    };
+    if (shardLeases) {
+      shardLeases.run({
+        acquired,
+        lost: (shard, why) => {
+          metrics.leaderStatus.set(shardLease(shard), 0);
+          leading = shardLeases.holds().length > 0;
+          log.warn({ shard, why }, "stopped supervising a shard");
+          void controller.release(shard);
+        },
+      });
+    } else {
+      for (let shard = 0; shard < options.shards; shard++) acquired(shard);
+    }
+  } else if (elector) {
     elector.run(lead, () => {
       // Another replica may already be writing: stop at once, as controller-runtime does.
       metrics.leaderStatus.set(leaderLabels, 0);
@@ -207,8 +244,9 @@ export async function runOperator(options: OperatorOptions): Promise<void> {
     // the lease back, and only then let the work in flight drain.
     const drained = controller.stop();
     await elector?.release();
+    await shardLeases?.release(RELEASE_TIMEOUT_MS);
     leading = false;
-    metrics.leaderStatus.set(leaderLabels, 0);
+    if (!sharded) metrics.leaderStatus.set(leaderLabels, 0);
     await within(SHUTDOWN_DRAIN_MS, drained);
     await recorder.flush(SHUTDOWN_DRAIN_MS);
     await ledger?.close(5_000);

@@ -29,6 +29,7 @@ export const OperatorOptions = z.strictObject({
   leaderElect: z.boolean().default(false),
   leaderElectionNamespace: z.string().min(1).default("default"),
   leaderElectionId: z.string().min(1).default("agent-watchdog.watchdog.dev"),
+  shards: z.coerce.number().int("must be a whole number").min(1).max(256).default(1),
   resyncPeriod: duration.prefault("5m"),
   watchSilenceLimit: duration.prefault("2m"),
   stuckReconcileLimit: duration.prefault("2m"),
@@ -67,6 +68,9 @@ export const USAGE = `Usage: agent-watchdog operator [flags]   (from a clone: np
   --leader-elect                   elect a leader on a Lease before reconciling
   --leader-election-namespace=NS   namespace of the Lease (default: the pod's namespace, else default)
   --leader-election-id=NAME        name of the Lease (default agent-watchdog.watchdog.dev)
+  --shards=N                       virtual shards (default 1: one leader supervises every run);
+                                   with more, each replica holds the Leases NAME-shard-<i> of a
+                                   fair share and watches only those shards' runs and pods
   --resync-period=DUR              re-check every run this often (default 5m)
   --watch-silence-limit=DUR        restart a watch silent this long; /healthz fails (default 2m)
   --stuck-reconcile-limit=DUR      /healthz fails when one reconcile runs longer (default 2m)
@@ -107,6 +111,7 @@ export function parseOptions(argv: string[], env: NodeJS.ProcessEnv): OperatorOp
         "leader-elect": { type: "boolean" },
         "leader-election-namespace": { type: "string" },
         "leader-election-id": { type: "string" },
+        shards: { type: "string" },
         "resync-period": { type: "string" },
         "watch-silence-limit": { type: "string" },
         "stuck-reconcile-limit": { type: "string" },
@@ -154,6 +159,7 @@ export function parseOptions(argv: string[], env: NodeJS.ProcessEnv): OperatorOp
     leaderElect: values["leader-elect"],
     leaderElectionNamespace: values["leader-election-namespace"] ?? env.POD_NAMESPACE,
     leaderElectionId: values["leader-election-id"],
+    shards: values.shards,
     resyncPeriod: values["resync-period"],
     watchSilenceLimit: values["watch-silence-limit"],
     stuckReconcileLimit: values["stuck-reconcile-limit"],

@@ -39,6 +39,13 @@ export interface ControllerOptions {
    * stops writing at once. Always true without leader election.
    */
   canWrite?: () => boolean;
+  /**
+   * The one shard this controller supervises: it watches only the runs and pods labelled with it.
+   * Without one it watches every run.
+   */
+  shard?: number;
+  /** The node caches, when they are shared with other controllers (one per shard); else its own. */
+  nodes?: NodeCache;
 }
 
 export class Controller {
@@ -56,12 +63,12 @@ export class Controller {
 
   constructor(client: KubeClient, metrics: Metrics, recorder: EventRecorder, log: Logger, options: ControllerOptions) {
     this.options = options;
-    this.queue = new WorkQueue(metrics.queueMetrics());
+    this.queue = new WorkQueue(metrics.queueMetrics(options.shard === undefined ? undefined : `agentrun-shard-${options.shard}`));
     // A wake-up is a deadline come (a hung sandbox's kill among them): it goes before the
     // reconciles that watch events (heartbeats) queue.
     this.wakeups = new Wakeups((key) => this.queue.addDue(key), () => client.clock.now());
     this.index = new RunIndex();
-    this.nodeCache = new NodeCache(client, { resyncMs: options.resyncMs, silenceMs: options.watchSilenceMs, log });
+    this.nodeCache = options.nodes ?? new NodeCache(client, { resyncMs: options.resyncMs, silenceMs: options.watchSilenceMs, log });
     this.reconciler = new Reconciler(client, this.index, recorder, metrics, {
       defaults: options.defaults,
       sandbox: options.sandbox,
@@ -78,14 +85,22 @@ export class Controller {
     });
 
     const scopes = options.namespaces.length ? options.namespaces : [undefined];
+    const shard = options.shard === undefined ? undefined : `${LABELS.shard}=${options.shard}`;
+    const suffix = options.shard === undefined ? "" : `#shard-${options.shard}`;
     for (const namespace of scopes) {
       const common = { resyncMs: options.resyncMs, silenceMs: options.watchSilenceMs, log };
-      const runs = new Informer(client, { ...common, name: `agentruns${namespace ? `/${namespace}` : ""}`, path: paths.runs(namespace), transform: trimRun });
+      const runs = new Informer(client, {
+        ...common,
+        name: `agentruns${namespace ? `/${namespace}` : ""}${suffix}`,
+        path: paths.runs(namespace),
+        ...(shard ? { labelSelector: shard } : {}),
+        transform: trimRun,
+      });
       const pods = new Informer(client, {
         ...common,
-        name: `pods${namespace ? `/${namespace}` : ""}`,
+        name: `pods${namespace ? `/${namespace}` : ""}${suffix}`,
         path: paths.pods(namespace),
-        labelSelector: LABELS.run,
+        labelSelector: shard ? `${LABELS.run},${shard}` : LABELS.run,
         transform: trimPod,
       });
       runs.on((event, run, previous) => this.onRun(event, run, previous));
@@ -103,7 +118,7 @@ export class Controller {
 
   /** Starts the informers; followers run them too, so that a new leader starts warm. */
   startInformers(): void {
-    for (const informer of this.informers) informer.start();
+    for (const informer of this.ownInformers) informer.start();
   }
 
   /**
@@ -136,8 +151,27 @@ export class Controller {
     this.termStart.stop();
     this.queue.shutDown();
     this.wakeups.clear();
-    for (const informer of this.informers) informer.stop();
+    for (const informer of this.ownInformers) informer.stop();
     await this.pool.stop();
+  }
+
+  /**
+   * Stops, and forgets every run it supervised (its observers too): the shard went to another
+   * replica, which carries on from the objects.
+   */
+  async stopAndForget(): Promise<void> {
+    const runs = this.runInformers.flatMap((i) => i.list());
+    await this.stop();
+    for (const run of runs) {
+      const key = keyOfRun(run);
+      this.index.forgetRun(key);
+      this.reconciler.forgetRun(key);
+    }
+  }
+
+  /** The informers this controller starts and stops: the node caches only when they are its own. */
+  get ownInformers(): Informer[] {
+    return this.options.nodes ? [...this.runInformers, ...this.podInformers] : this.informers;
   }
 
   /** Whether every run and pod cache has caught up to where the API server stood when this replica began to lead. */
@@ -160,16 +194,18 @@ export class Controller {
 
   /** Problems that should make Kubernetes restart the operator; empty when healthy. */
   healthProblems(expectWorkers: boolean): string[] {
-    const problems: string[] = [];
-    for (const informer of this.informers) {
-      if (informer.isSilent()) problems.push(`watch ${informer.options.name} silent for ${Math.round((Date.now() - informer.lastActivity) / 1000)}s`);
-    }
-    const longest = this.queue.longestRunningMs();
+    const problems = silentWatches(this.ownInformers);
+    const longest = this.longestRunningMs();
     if (longest > this.options.stuckReconcileMs) problems.push(`a reconcile has been running for ${Math.round(longest / 1000)}s`);
     // Before the caches have synced the workers have not started yet; that is not a stop.
     const stopped = this.pool.stoppedWorkers();
     if (expectWorkers && stopped > 0) problems.push(`${stopped} of ${this.options.concurrency} workers have stopped`);
     return problems;
+  }
+
+  /** How long the oldest reconcile in flight has run (ms). */
+  longestRunningMs(): number {
+    return this.queue.longestRunningMs();
   }
 
   /** Counts runs by phase, stale heartbeats and unconfirmed sandboxes, for the gauges. */
@@ -207,7 +243,12 @@ export class Controller {
   }
 }
 
-function keyOfRun(run: Json): string {
+/** A problem for each watch silent past its limit. */
+export function silentWatches(informers: readonly Informer[]): string[] {
+  return informers.filter((i) => i.isSilent()).map((i) => `watch ${i.options.name} silent for ${Math.round((Date.now() - i.lastActivity) / 1000)}s`);
+}
+
+export function keyOfRun(run: Json): string {
   const meta = run.metadata as { namespace: string; name: string };
   return runKey(meta.namespace, meta.name);
 }

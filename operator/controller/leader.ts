@@ -20,7 +20,7 @@ export interface LeaderOptions {
 }
 
 /** How long after another's lease has expired, by this replica's clock, it tries to take it. */
-const EXPIRY_MARGIN_MS = 20;
+export const EXPIRY_MARGIN_MS = 20;
 
 export const LEADER_DEFAULTS = { leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2_000 };
 
@@ -35,9 +35,9 @@ export interface LeaderClock {
   wall(): number;
 }
 
-const systemClock: LeaderClock = { monotonic: () => performance.now(), wall: () => Date.now() };
+export const systemClock: LeaderClock = { monotonic: () => performance.now(), wall: () => Date.now() };
 
-interface LeaseSpec {
+export interface LeaseSpec {
   holderIdentity?: string;
   leaseDurationSeconds?: number;
   acquireTime?: string;
@@ -45,14 +45,26 @@ interface LeaseSpec {
   leaseTransitions?: number;
 }
 
-const microTime = (ms: number) => new Date(ms).toISOString().replace(/\.(\d{3})Z$/, ".$1000Z");
+export const microTime = (ms: number) => new Date(ms).toISOString().replace(/\.(\d{3})Z$/, ".$1000Z");
 
 /** Why an attempt on the lease was abandoned (the reason of its AbortSignal). */
-class LeaseAttemptAborted extends Error {
+export class LeaseAttemptAborted extends Error {
   constructor(why: string) {
     super(why);
     this.name = "LeaseAttemptAborted";
   }
+}
+
+/** The spec of a Lease `identity` holds as of `now`, taking it over from `previous` or renewing it. */
+export function heldLeaseSpec(identity: string, leaseDurationMs: number, now: number, previous?: LeaseSpec): LeaseSpec {
+  const keep = previous?.holderIdentity === identity;
+  return {
+    holderIdentity: identity,
+    leaseDurationSeconds: Math.round(leaseDurationMs / 1000),
+    acquireTime: keep && previous?.acquireTime ? previous.acquireTime : microTime(now),
+    renewTime: microTime(now),
+    leaseTransitions: keep ? (previous?.leaseTransitions ?? 0) : (previous?.leaseTransitions ?? -1) + 1,
+  };
 }
 
 export class LeaderElector {
@@ -175,14 +187,7 @@ export class LeaderElector {
   }
 
   private spec(now: number, previous?: LeaseSpec): LeaseSpec {
-    const keep = previous?.holderIdentity === this.options.identity;
-    return {
-      holderIdentity: this.options.identity,
-      leaseDurationSeconds: Math.round(this.options.leaseDurationMs / 1000),
-      acquireTime: keep && previous?.acquireTime ? previous.acquireTime : microTime(now),
-      renewTime: microTime(now),
-      leaseTransitions: keep ? (previous?.leaseTransitions ?? 0) : (previous?.leaseTransitions ?? -1) + 1,
-    };
+    return heldLeaseSpec(this.options.identity, this.options.leaseDurationMs, now, previous);
   }
 
   private get path(): string {

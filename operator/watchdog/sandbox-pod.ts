@@ -42,6 +42,18 @@ function withContractEnv(container: Json, run: AgentRun, attempt: number, tracep
   return { ...container, env: [...contract, ...own] };
 }
 
+/** The run's shard, copied to its pods so that the shard's holder watches them by label. */
+function shardLabel(run: AgentRun): Record<string, string> {
+  const shard = run.metadata.labels?.[LABELS.shard];
+  return shard === undefined ? {} : { [LABELS.shard]: shard };
+}
+
+/** A template's labels without a shard of its own: the pod's shard is its run's, or none. */
+function withoutShard(labels: Record<string, string>): Record<string, string> {
+  const { [LABELS.shard]: _ignored, ...rest } = labels;
+  return rest;
+}
+
 export function sandboxPod(run: AgentRun, attempt: number, identity: SandboxIdentity = DEFAULT_SANDBOX_IDENTITY): SandboxPodManifest {
   const name = run.metadata.name as string;
   const template = run.spec.template;
@@ -51,7 +63,7 @@ export function sandboxPod(run: AgentRun, attempt: number, identity: SandboxIden
   const metadata: SandboxPodManifest["metadata"] = {
     name: sandboxPodName(run, attempt),
     namespace: run.metadata.namespace as string,
-    labels: { ...(templateMeta.labels ?? {}), [LABELS.run]: name, [LABELS.attempt]: String(attempt) },
+    labels: { ...withoutShard(templateMeta.labels ?? {}), ...shardLabel(run), [LABELS.run]: name, [LABELS.attempt]: String(attempt) },
     ownerReferences: [
       { apiVersion: API_VERSION, kind: KIND, name, uid: run.metadata.uid, controller: true, blockOwnerDeletion: true },
     ],

@@ -9,10 +9,12 @@ import { describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
 import { AgentRunSpec, AgentRunStatus, BackoffSpec, SANDBOX_STATUS_FIELDS, StallSpec, WatchdogSpec } from "../../operator/api/agentrun.ts";
 import { agentRunCrd } from "../../operator/api/crd.ts";
+import { LABELS } from "../../operator/api/annotations.ts";
 import { EXEMPT_VALUE, podSecurityPolicySpec } from "../../operator/api/pod-security-policy.ts";
 import { resolveWatchdog } from "../../operator/api/defaults.ts";
 import { parseOptions } from "../../operator/cli/options.ts";
 import type { Json } from "../../operator/kube/client.ts";
+import { shardExpression } from "../../operator/sharding/shard-of.ts";
 import { all, allFeatures, chartDir, chartFile, featureChart, find, helm, ok, render, root, tempDir, template, writeValues } from "./support.ts";
 
 const NS = "agent-watchdog-system";
@@ -58,12 +60,12 @@ describe("helm lint", () => {
 });
 
 describe("the chart's Kubernetes version constraint", () => {
-  it("accepts the control plane's v1.37.2 and refuses clusters without ValidatingAdmissionPolicy v1", async () => {
+  it("accepts the control plane's v1.37.2 and refuses clusters without MutatingAdmissionPolicy v1", async () => {
     ok(await template({}, { args: ["--kube-version", "v1.37.2"] }), "helm template --kube-version v1.37.2");
-    ok(await template({}, { args: ["--kube-version", "v1.30.0-eks-1"] }), "helm template --kube-version v1.30.0-eks-1");
-    const old = await template({}, { args: ["--kube-version", "v1.29.9"] });
+    ok(await template({}, { args: ["--kube-version", "v1.36.0-eks-1"] }), "helm template --kube-version v1.36.0-eks-1");
+    const old = await template({}, { args: ["--kube-version", "v1.35.9"] });
     expect(old.code).not.toBe(0);
-    expect(old.stderr).toMatch(/chart requires kubeVersion: >= 1\.30\.0-0 which is incompatible with Kubernetes v1\.29\.9/);
+    expect(old.stderr).toMatch(/chart requires kubeVersion: >= 1\.36\.0-0 which is incompatible with Kubernetes v1\.35\.9/);
   });
 });
 
@@ -115,6 +117,7 @@ describe("helm template with the default values", () => {
       leaderElect: true,
       leaderElectionNamespace: NS,
       leaderElectionId: `${RELEASE}.watchdog.dev`,
+      shards: 1,
       namespaces: [],
       concurrency: 16,
       logLevel: "info",
@@ -153,6 +156,8 @@ describe("helm template with the default values", () => {
         "Deployment/agent-watchdog",
         "FlowSchema/agent-watchdog-operator",
         "FlowSchema/agent-watchdog-sandboxes",
+        "MutatingAdmissionPolicy/agent-watchdog-shard",
+        "MutatingAdmissionPolicyBinding/agent-watchdog-shard",
         "PodDisruptionBudget/agent-watchdog",
         "PriorityLevelConfiguration/agent-watchdog-operator",
         "PriorityLevelConfiguration/agent-watchdog-sandboxes",
@@ -175,7 +180,18 @@ describe("helm template with the default values", () => {
     for (const o of objects) {
       const meta = o.metadata as any;
       expect(meta.labels["app.kubernetes.io/instance"], `${o.kind} ${meta.name}`).toBe(RELEASE);
-      const clusterScoped = ["APIService", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "FlowSchema", "PriorityLevelConfiguration", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"];
+      const clusterScoped = [
+        "APIService",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",
+        "FlowSchema",
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
+        "PriorityLevelConfiguration",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+      ];
       // The node Leases live in kube-node-lease, the front proxy's trust is read in kube-system;
       // everything else namespaced is the release's.
       const namespace = (meta.name as string).endsWith("-node-leases") ? "kube-node-lease" : (meta.name as string).endsWith("-auth-reader") ? "kube-system" : NS;
@@ -195,7 +211,8 @@ describe("helm template with the default values", () => {
       { apiGroups: ["watchdog.dev"], resources: ["agentruns"], verbs: ["get", "list", "watch", "patch"] },
       { apiGroups: ["watchdog.dev"], resources: ["agentruns/status"], verbs: ["get", "patch", "update"] },
       { apiGroups: ["watchdog.dev"], resources: ["agentruns/finalizers"], verbs: ["update"] },
-      { apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch", "create", "delete"] },
+      // patch: the shard label on the pods a run had before it was labelled.
+      { apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch", "create", "delete", "patch"] },
       { apiGroups: ["events.k8s.io"], resources: ["events"], verbs: ["create"] },
       { apiGroups: [""], resources: ["serviceaccounts"], verbs: ["create"] },
       // A ServiceAccount, Role and RoleBinding per run (sandbox.serviceAccount: run).
@@ -211,8 +228,9 @@ describe("helm template with the default values", () => {
     expect(binding.subjects).toEqual([{ kind: "ServiceAccount", name: RELEASE, namespace: NS }]);
     const leader = find(objects, "Role", `${RELEASE}-leader-election`);
     expect(leader.metadata.namespace).toBe(NS);
+    // list: replicas find the shard and membership Leases by label.
     expect(leader.rules).toEqual([
-      { apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["get", "create", "update"] },
+      { apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["get", "list", "create", "update"] },
       { apiGroups: ["events.k8s.io"], resources: ["events"], verbs: ["create"] },
     ]);
     expect(find(objects, "ClusterRole", `${RELEASE}-sandbox`).rules).toEqual([
@@ -471,6 +489,8 @@ describe("helm template with every feature on", () => {
     ]);
     for (const role of ["sandbox", "view", "edit", "approver"]) expect(find(objects, "ClusterRole", `team-a-agent-watchdog-${role}`), role).toBeDefined();
     expect(optionsOf(objects)).toMatchObject({ sandboxClusterRole: "team-a-agent-watchdog-sandbox", leaderElectionId: "team-a-agent-watchdog.watchdog.dev" });
+    expect(all(objects, "MutatingAdmissionPolicy").map((p) => p.metadata.name)).toEqual(["team-a-agent-watchdog-shard"]);
+    expect(find(objects, "MutatingAdmissionPolicyBinding", "team-a-agent-watchdog-shard").spec.policyName).toBe("team-a-agent-watchdog-shard");
   });
 });
 
@@ -537,6 +557,61 @@ describe("helm template with secure metrics serving", () => {
   });
 });
 
+describe("helm template with sharding", () => {
+  it("stamps each run's shard at admission: agentruns only, never status, only named objects, the operator's shardOf in CEL", async () => {
+    for (const shards of [1, 3, 256]) {
+      const objects = await render(shards === 1 ? {} : { sharding: { shards } }, { namespace: NS });
+      const policy = find(objects, "MutatingAdmissionPolicy", `${RELEASE}-shard`);
+      expect(policy.apiVersion).toBe("admissionregistration.k8s.io/v1");
+      expect(policy.metadata.labels).toMatchObject({ "app.kubernetes.io/instance": RELEASE, "app.kubernetes.io/component": "admission" });
+      // A policy error never refuses a user's apply: the operator labels what the policy did not.
+      expect(policy.spec.failurePolicy).toBe("Ignore");
+      expect(policy.spec.reinvocationPolicy).toBe("Never");
+      // Heartbeats (agentruns/status) never pay for the policy.
+      expect(policy.spec.matchConstraints).toEqual({ resourceRules: [{ apiGroups: ["watchdog.dev"], apiVersions: ["*"], operations: ["CREATE", "UPDATE"], resources: ["agentruns"] }] });
+      expect(policy.spec.matchConditions).toEqual([{ name: "named", expression: "has(object.metadata.name) && object.metadata.name != ''" }]);
+      const variable = (name: string): string => policy.spec.variables.find((v: any) => v.name === name).expression;
+      const key = variable("key");
+      expect(key).toBe("request.namespace + '/' + object.metadata.name");
+      // The same hash as the operator's, over the same key, modulo this install's count.
+      const inlined = variable("shard").replace("size(variables.key)", `size(${key})`).replace("variables.key.charAt(i)", `(${key}).charAt(i)`);
+      expect(inlined).toBe(shardExpression(shards));
+      expect(policy.spec.mutations).toHaveLength(1);
+      expect(policy.spec.mutations[0].patchType).toBe("ApplyConfiguration");
+      // Immutable: the old object's label wins over the computed one.
+      expect(policy.spec.mutations[0].applyConfiguration.expression.trim()).toBe(
+        `Object{metadata: Object.metadata{labels: {"${LABELS.shard}": oldObject != null && has(oldObject.metadata.labels) && '${LABELS.shard}' in oldObject.metadata.labels ? oldObject.metadata.labels['${LABELS.shard}'] : variables.shard}}}`,
+      );
+      const binding = find(objects, "MutatingAdmissionPolicyBinding", `${RELEASE}-shard`);
+      expect(binding.metadata.labels).toMatchObject({ "app.kubernetes.io/instance": RELEASE, "app.kubernetes.io/component": "admission" });
+      expect(binding.spec).toEqual({ policyName: policy.metadata.name });
+
+      // The operator gets the same count.
+      expect(operatorContainer(objects).args).toContain(`--shards=${shards}`);
+      expect(optionsOf(objects).shards).toBe(shards);
+    }
+  });
+
+  it("binds the policy to the watched namespaces only, when there are some", async () => {
+    const objects = await render({ watchNamespaces: ["agents", "lab"], sharding: { shards: 4 } }, { namespace: NS });
+    expect(find(objects, "MutatingAdmissionPolicyBinding", `${RELEASE}-shard`).spec).toEqual({
+      policyName: `${RELEASE}-shard`,
+      matchResources: { namespaceSelector: { matchExpressions: [{ key: "kubernetes.io/metadata.name", operator: "In", values: ["agents", "lab"] }] } },
+    });
+  });
+
+  it("lets the replicas list their Leases, and the operator label runs and pods", async () => {
+    const objects = await render({ sharding: { shards: 8 }, replicaCount: 3 }, { namespace: NS });
+    expect(find(objects, "Role", `${RELEASE}-leader-election`).rules[0]).toEqual({ apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["get", "list", "create", "update"] });
+    const verbs = (resource: string): string[] => find(objects, "ClusterRole", `${RELEASE}-manager`).rules.find((r: any) => r.resources.includes(resource)).verbs;
+    expect(verbs("agentruns")).toContain("patch");
+    expect(verbs("pods")).toContain("patch");
+    expect(ok(await helm(["lint", "--strict", chartDir, "--values", writeValues({ sharding: { shards: 8 }, replicaCount: 3 })]), "helm lint --strict (sharded)").stdout).not.toMatch(
+      /\[(WARNING|ERROR)\]/,
+    );
+  });
+});
+
 describe("the values schema and the templates refuse bad values with a clear message", () => {
   const cases: [string, Json, string[], RegExp][] = [
     ["a duration in words", { watchdog: { defaults: { heartbeatTimeout: "five minutes" } } }, [], /\/watchdog\/defaults\/heartbeatTimeout.*does not match pattern/],
@@ -551,6 +626,11 @@ describe("the values schema and the templates refuse bad values with a clear mes
     ["a bad validation action", { admission: { fencing: { validationActions: ["Reject"] } } }, [], /\/admission\/fencing\/validationActions\/0.*value must be one of/],
     ["an exempt namespace that is no name", { admission: { podSecurity: { exemptNamespaces: [""] } } }, [], /\/admission\/podSecurity\/exemptNamespaces\/0.*minLength/],
     ["replicas without leader election", { leaderElection: { enabled: false } }, [], /replicaCount > 1 needs leaderElection\.enabled/],
+    ["shards without leader election", { replicaCount: 1, leaderElection: { enabled: false }, sharding: { shards: 2 } }, [], /sharding\.shards > 1 needs leaderElection\.enabled/],
+    ["no shard at all", { sharding: { shards: 0 } }, [], /\/sharding\/shards.*minimum/],
+    ["more shards than the operator takes", { sharding: { shards: 257 } }, [], /\/sharding\/shards.*maximum/],
+    ["a fraction of a shard", { sharding: { shards: 2.5 } }, [], /\/sharding\/shards.*want integer/],
+    ["shard Lease names longer than the API server allows", { sharding: { shards: 4 }, leaderElection: { id: "a".repeat(234) } }, [], /leader election id "a+" is 234 characters, at most 233/],
     ["the history API over plain HTTP", { metrics: { tls: { enabled: false } } }, [], /history\.apiService\.enabled needs metrics\.tls\.enabled/],
     ["the history API with no CA to trust it by", { metrics: { tls: { secretName: "mine" } } }, [], /history\.apiService: no CA to trust the operator with; put ca\.crt in the Secret mine, set history\.apiService\.caBundle/],
     ["an operator ServiceAccount that looks like a sandbox", { serviceAccount: { name: "ops-sandbox" } }, [], /ends in -sandbox, which marks sandbox identities/],

@@ -4,7 +4,7 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { APPROVER_ANNOTATIONS } from "../../operator/api/approver-policy.ts";
-import { ANNOTATIONS } from "../../operator/api/annotations.ts";
+import { ANNOTATIONS, LABELS } from "../../operator/api/annotations.ts";
 import { paths, type Json, type KubeClient } from "../../operator/kube/client.ts";
 import { createRun, getRun, kube, runManifest } from "../support/cluster.ts";
 import { waitFor } from "../support/wait.ts";
@@ -65,6 +65,12 @@ beforeAll(async () => {
     } catch (err) {
       return String(err).includes("ValidatingAdmissionPolicy");
     }
+  });
+  // And the shard policy: a run admitted before it is in force gets its shard label on its first
+  // update, which the approver policy would count against an approver's answer.
+  await waitFor("the shard policy to be in force", async () => {
+    const probe = (await createRun(admin, ns, runManifest(`probe-${++n}`))) as { metadata: { labels?: Record<string, string> } };
+    return probe.metadata.labels?.[LABELS.shard] !== undefined;
   });
 }, 240_000);
 

@@ -69,6 +69,10 @@ app.kubernetes.io/component: operator
 {{- printf "%s-pod-security" (include "agent-watchdog.fullname" .) }}
 {{- end }}
 
+{{- define "agent-watchdog.shardPolicyName" -}}
+{{- printf "%s-shard" (include "agent-watchdog.fullname" .) }}
+{{- end }}
+
 {{- define "agent-watchdog.metricsTlsSecretName" -}}
 {{- .Values.metrics.tls.secretName | default (printf "%s-metrics-tls" (include "agent-watchdog.fullname" .)) }}
 {{- end }}
@@ -123,7 +127,8 @@ What the operator is allowed to do in the namespaces it watches: exactly the req
 {{- define "agent-watchdog.managerRules" -}}
 - apiGroups: [watchdog.dev]
   resources: [agentruns]
-  # patch: the operator's annotations (attempt, retry-after, backoff-reason).
+  # patch: the operator's annotations (attempt, retry-after, backoff-reason), and the shard label
+  # of a run the admission policy did not stamp (made with generateName, or before the policy).
   verbs: [get, list, watch, patch]
 - apiGroups: [watchdog.dev]
   resources: [agentruns/status]
@@ -138,7 +143,9 @@ What the operator is allowed to do in the namespaces it watches: exactly the req
 - apiGroups: [""]
   resources: [pods]
   # delete: hung sandboxes are killed, gracefully (watchdog.killGracePeriod), never force-deleted.
-  verbs: [get, list, watch, create, delete]
+  # patch: the run's shard label, put on its pods made before the run had one, so that the shard's
+  # holder, which watches pods by that label, sees them.
+  verbs: [get, list, watch, create, delete, patch]
 - apiGroups: [events.k8s.io]
   resources: [events]
   verbs: [create]

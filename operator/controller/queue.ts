@@ -191,6 +191,8 @@ export class WorkQueue {
     for (const { timer } of this.delayed.values()) clearTimeout(timer);
     this.delayed.clear();
     for (const waiter of this.waiters.splice(0)) waiter(undefined);
+    // Nothing left here will be worked on (a shard handed back is another replica's to work now).
+    this.metrics.depth(0);
   }
 
   private push(key: string): void {

@@ -137,13 +137,14 @@ export class ShardLeases {
     await this.write(memberName, "member", byName.get(memberName), signal).catch((err: unknown) => {
       this.log.warn({ err: String(err) }, "could not renew this replica's membership");
     });
-    // The first round only makes this replica a member: replicas started together see each other
-    // at their second round instead of the first one to list taking every shard and handing most back.
+    // The first round only makes this replica a member: replicas started within a retry period of
+    // each other see each other at their second round, instead of the first one to list taking
+    // every shard and handing most back (a rollout's churn). A lone replica starts 2 s later.
     const joining = !this.joined;
     this.joined = true;
     this.nextExpiry = Infinity;
     this.members = this.liveMembers(list.items);
-    if (joining && this.members.length > 1) return;
+    if (joining) return;
     const wanted = new Set(assignShards(this.members, this.options.shards).get(this.options.identity) ?? []);
     const shards = Array.from({ length: this.options.shards }, (_, shard) => shard);
     await Promise.all(shards.map((shard) => this.tend(shard, wanted.has(shard), byName.get(shardLeaseName(this.options.id, shard)), signal)));

@@ -1,12 +1,14 @@
 // `npm run soak`: many runs of the example agent's behaviours under many faults at once, for a
 // while, judged by an independent observer (measure/soak/observer.ts) that trusts none of the
 // operator's own figures. Exits non-zero when any promise was broken: two sandboxes of one run at
-// once, a retry before its retry-after, a healthy sandbox killed, a run lost or stuck, a ledger row
-// missing, a side effect not exactly once, or an operator that crashed by itself.
+// once, a run written by two replicas at once, a retry before its retry-after, a healthy sandbox
+// killed, a run lost or stuck, a ledger row missing, a side effect not exactly once, or an operator
+// that crashed by itself.
 //
-// The parts: world.ts (the cluster and two operator replicas behind TCP proxies), faults.ts (what
-// breaks and when), observer.ts (what happened), analyse.ts (what it means), report.ts (the table
-// and the JSON line), self-test.ts (a record with one violation of each kind).
+// The parts: world.ts (the cluster and the operator replicas behind TCP proxies), faults.ts (what
+// breaks and when), observer.ts (what happened), audit.ts (what each replica wrote, from the API
+// server's audit log), analyse.ts (what it means), report.ts (the table and the JSON line),
+// self-test.ts (a record with one violation of each kind, and a clean one with a shard handoff).
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
@@ -17,16 +19,23 @@ import { emailsByRun } from "../harness/judge.ts";
 import { FINAL_PHASES } from "../harness/driver.ts";
 import { APPROVAL_ANSWER, manifestFor, type Behaviour } from "../harness/scenario.ts";
 import { apply, random, schedule, type FaultContext } from "./soak/faults.ts";
+import { ReplicaWrites } from "./soak/audit.ts";
 import { Observer } from "./soak/observer.ts";
 import type { AnswerRecord, FaultRecord, LedgerRecord, SoakRecord } from "./soak/record.ts";
 import { checkHistoryCommand, judge } from "./soak/verdict.ts";
-import { LEASE_NAME, soakWorld, type SoakWorld } from "./soak/world.ts";
+import { soakWorld, type SoakWorld } from "./soak/world.ts";
 import { stateRoot } from "../harness/sandbox-runner.ts";
 import { DEFECTS, REINTRODUCE_ENV, chosenDefect, type Defect } from "../operator/defects.ts";
 
 const USAGE = `usage: npm run soak -- [--runs 60] [--duration 5m] [--node kubelet|kwok] [--seed N]
+                     [--replicas 2] [--shards 1]
 
   --runs N          runs to create, spread over the first 60% of the duration (default 60)
+  --replicas N      operator replicas running at once (default 2), each behind a TCP proxy of its
+                    own and as a ServiceAccount of its own, so that the API server's audit log
+                    tells their writes apart
+  --shards S        shards of the runs (default 1: the replicas elect one leader, which supervises
+                    every run); with S > 1 the replicas run with --shards=S and share the shards
   --duration D      how long faults are injected, e.g. 5m or 30m (default 5m); the soak then
                     heals every fault and waits for the runs to settle (up to --settle)
   --node KIND       kubelet: real pods of the project image on the real node (needs root);
@@ -48,7 +57,8 @@ const USAGE = `usage: npm run soak -- [--runs 60] [--duration 5m] [--node kubele
   --self-test       the checker's own test (as npm run check-history -- --self-test)
   --record FILE     judge again a history an earlier soak wrote (as npm run check-history -- FILE)
 
-Faults: SIGKILL of the leading replica every 30 s (a graceful rollout every fourth time),
+Faults: SIGKILL of the leading replica every 30 s (a graceful rollout every fourth time; sharded,
+of a replica holding shards, drawn at random),
 operator connections cut every 45 s, an agent process killed every 40 s; every five minutes a
 409 storm on the runs' metadata, the leader's connections stalled for 20 s, kube-apiserver and
 etcd killed and restarted, the node paused for 30 to 90 s (kubelet only), PostgreSQL stopped for
@@ -56,8 +66,11 @@ etcd killed and restarted, the node paused for 30 to 90 s (kubelet only), Postgr
 a stray answer naming another request, which must be refused.
 
 Each soak writes its history (history.json: pods, containers as containerd ran them, heartbeats,
-phases, tool calls, approvals asked and answered, the ledger's rows, faults) to its directory and
-takes its verdict from the checker, \`npm run check-history\`, on that file.
+phases, tool calls, approvals asked and answered, the ledger's rows, faults, the tenures of the
+leader or shard Leases and the replicas' writes to the runs and their pods from the API server's
+audit log) to its directory and takes its verdict from the checker, \`npm run check-history\`, on
+that file. A write of a replica outside its tenure of the run's Lease is a run written by two
+replicas at once.
 
 Output: a table, then one JSON line. Exit 0 when every invariant held and the runs settled.
 `;
@@ -189,6 +202,8 @@ interface SoakOptions {
   /** The fixed defect the operator replicas run with, if any. */
   reintroduced?: Defect;
   skewedSteps?: number;
+  replicas: number;
+  shards: number;
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -204,6 +219,8 @@ async function main(argv: string[]): Promise<number> {
       repeat: { type: "string" },
       reintroduce: { type: "string" },
       "skewed-steps": { type: "string" },
+      replicas: { type: "string" },
+      shards: { type: "string" },
       record: { type: "string" },
       "self-test": { type: "boolean" },
       help: { type: "boolean", short: "h" },
@@ -224,13 +241,17 @@ async function main(argv: string[]): Promise<number> {
   if (node !== "kubelet" && node !== "kwok") throw new Error(`--node ${node} must be kubelet or kwok`);
   if (!Number.isInteger(firstSeed)) throw new Error(`--seed ${values.seed} must be a whole number`);
   if (!Number.isInteger(repeat) || repeat < 1) throw new Error(`--repeat ${values.repeat} must be a positive whole number`);
+  const replicas = Number(values.replicas ?? 2);
+  const shards = Number(values.shards ?? 1);
+  if (!Number.isInteger(replicas) || replicas < 1 || replicas > 26) throw new Error(`--replicas ${values.replicas} must be a whole number from 1 to 26`);
+  if (!Number.isInteger(shards) || shards < 1 || shards > 256) throw new Error(`--shards ${values.shards} must be a whole number from 1 to 256`);
   // The replicas inherit the soak's environment: the switch is set there, checked first.
   const chosen = chosenDefect({ [REINTRODUCE_ENV]: values.reintroduce ?? process.env[REINTRODUCE_ENV] });
   if (chosen.error) throw new Error(chosen.error);
   if (chosen.defect) process.env[REINTRODUCE_ENV] = chosen.defect;
   const skewedSteps = values["skewed-steps"] !== undefined ? Number(values["skewed-steps"]) : undefined;
   if (skewedSteps !== undefined && (!Number.isInteger(skewedSteps) || skewedSteps < 1)) throw new Error(`--skewed-steps ${values["skewed-steps"]} must be a positive whole number`);
-  const options = { reintroduced: chosen.defect, skewedSteps, runs, node, durationMs: parseDuration(values.duration ?? "5m"), settleMs: parseDuration(values.settle ?? "5m"), namespace: values.namespace ?? "agent-watchdog-soak" } as const;
+  const options = { reintroduced: chosen.defect, skewedSteps, replicas, shards, runs, node, durationMs: parseDuration(values.duration ?? "5m"), settleMs: parseDuration(values.settle ?? "5m"), namespace: values.namespace ?? "agent-watchdog-soak" } as const;
   const seeds = random(firstSeed);
   for (let i = 1; i <= repeat; i++) {
     // The first soak takes the given seed; the next ones new seeds drawn from it, so that the
@@ -248,7 +269,7 @@ async function main(argv: string[]): Promise<number> {
 }
 
 /** One soak: its world, its runs and faults, its history written, then the checker's verdict. */
-async function soakOnce({ runs, durationMs, settleMs, node, seed, namespace, reintroduced, skewedSteps }: SoakOptions): Promise<number> {
+async function soakOnce({ runs, durationMs, settleMs, node, seed, namespace, reintroduced, skewedSteps, replicas, shards }: SoakOptions): Promise<number> {
   const dir = join(stateRoot(), "soak", `${Date.now()}`);
   const historyFile = join(dir, "history.json");
   mkdirSync(dir, { recursive: true });
@@ -256,9 +277,11 @@ async function soakOnce({ runs, durationMs, settleMs, node, seed, namespace, rei
   log(`seed ${seed}; files in ${dir}`);
   if (reintroduced) log(`the operator replicas run with a fixed defect re-introduced: ${reintroduced} (${DEFECTS[reintroduced]})`);
   const rand = random(seed);
-  const world = await soakWorld({ node, namespace, dir, log });
+  const world = await soakWorld({ node, namespace, dir, log, replicas, shards });
   stopOnSignal = () => world.teardown();
-  const observer = new Observer(world.client, namespace, { namespace, name: LEASE_NAME }, world.nodeView, world.nodeEvents);
+  const observer = new Observer(world.client, namespace, world.leases, world.nodeView, world.nodeEvents);
+  let writes: ReplicaWrites | undefined;
+  let following: NodeJS.Timeout | undefined;
   const faults: FaultRecord[] = [];
   let settled = false;
   let record: SoakRecord | undefined;
@@ -271,6 +294,20 @@ async function soakOnce({ runs, durationMs, settleMs, node, seed, namespace, rei
   };
   try {
     observer.start();
+    // The Leases watched and the audit log followed before any replica starts: every tenure and
+    // every write is seen from the first.
+    await observer.leasesWatched();
+    writes = new ReplicaWrites(world.auditLog, namespace, world.users);
+    let unread = false;
+    following = setInterval(() => {
+      try {
+        writes?.poll();
+      } catch (err) {
+        if (!unread) log(`reading the audit log failed (tried again every 2 s): ${err instanceof Error ? err.message : String(err)}`);
+        unread = true;
+      }
+    }, 2000);
+    await world.startReplicas();
     const startedAt = Date.now();
     const planned = planRuns(runs, durationMs, rand);
     // Behaviours that complete, so that a sandbox killed from outside costs one restart and no more.
@@ -331,7 +368,13 @@ async function soakOnce({ runs, durationMs, settleMs, node, seed, namespace, rei
     await answering.stop();
     // The last deletions and the ledger's last writes land a moment after the runs settle.
     await sleep(5000);
+    // Writes are checked up to a second before the Leases' watch stops: a tenure that began
+    // before then has been seen.
+    const watchedUntil = Date.now() - 1000;
     await observer.stop();
+    clearInterval(following);
+    writes.poll();
+    if (writes.rotations) log(`the API server rotated its audit log ${writes.rotations} times during the soak`);
     const runRecords = observer.runRecords();
     let ledger: LedgerRecord[] = [];
     const seen = runRecords.reduce((n, r) => n + r.transitionsSeen.length, 0);
@@ -360,9 +403,15 @@ async function soakOnce({ runs, durationMs, settleMs, node, seed, namespace, rei
       answers: answering.answers,
       faults: faults.sort((a, b) => a.at - b.at),
       operatorExits: world.operatorExits,
+      sharding: world.sharding,
+      replicas: world.replicaStarts,
+      tenures: observer.tenures,
+      writes: writes.writes.filter((w) => w.at < watchedUntil),
     };
     writeFileSync(historyFile, JSON.stringify(record));
   } finally {
+    clearInterval(following);
+    writes?.close();
     await observer.stop().catch(() => undefined);
     await world.teardown();
   }

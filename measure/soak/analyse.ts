@@ -2,9 +2,10 @@
 // and the figures (detection latency, failover). Pure, so the self-test can feed it a record with
 // one violation of each kind and check that each is counted exactly once.
 import { CONTACT_MARGIN_MS, CONTACT_POLL_MS, DEFAULT_POD_GRACE_SECONDS, KUBELET_MIN_GRACE_SECONDS } from "../../operator/watchdog/sandboxes.ts";
-import type { FaultRecord, PodRecord, RunRecord, SoakRecord } from "./record.ts";
+import { shardOf } from "../../operator/sharding/shard-of.ts";
+import type { FaultRecord, PodRecord, RunRecord, SoakRecord, TenureRecord, WriteRecord } from "./record.ts";
 
-export const INVARIANTS = ["duplicateSandboxes", "earlyRetries", "falseKills", "lostOrStuckRuns", "ledgerGaps", "sideEffects", "misappliedAnswers", "operatorCrashes"] as const;
+export const INVARIANTS = ["duplicateSandboxes", "sharedRuns", "earlyRetries", "falseKills", "lostOrStuckRuns", "ledgerGaps", "sideEffects", "misappliedAnswers", "operatorCrashes"] as const;
 export type Invariant = (typeof INVARIANTS)[number];
 
 export interface Violation {
@@ -26,8 +27,10 @@ export interface Findings {
   counts: Record<Invariant, number>;
   /** Heartbeat deadline to the deletion request, and to the container gone, ms. */
   detection: { requestWithLeader: Stats; requestWithoutLeader: Stats; containerGone: Stats };
-  /** Leader lost to another replica leading, ms, by how it was lost. */
+  /** Leader lost to another replica leading, ms, by how it was lost (sharded: every shard it held taken by another). */
   failover: { hard: Stats; graceful: Stats };
+  /** What sharedRuns checked: the replicas' writes to runs against the Leases' tenures (all 0 in an older history). */
+  writes: { checked: number; runs: number; replicas: number; tenures: number };
 }
 
 /** A run queued past its retry-after with no pod for longer than this, while a leader exists, is stuck. */
@@ -54,8 +57,99 @@ const inside = (t: number, intervals: Interval[]) => intervals.some((i) => t >= 
 /** A pod is live for the API from when it is seen until it is seen terminal or gone. */
 const apiLife = (p: PodRecord, end: number): Interval => ({ from: p.seenAt, to: Math.min(p.terminalAt ?? Infinity, p.goneAt ?? Infinity, end) });
 
-/** When no replica led: from each loss of the leader until another replica held the lease, and API outages. */
-export function leaderless(record: SoakRecord): Interval[] {
+/** Whether the runs were shared by a Lease per shard, whose tenures the history holds. */
+const sharded = (record: SoakRecord) => (record.sharding?.shards ?? 1) > 1 && (record.tenures?.length ?? 0) > 0;
+
+/** The Lease that decides who writes for the run named `run`: its shard's, or the leader's. */
+function leaseOfRun(record: SoakRecord, run: string): string | undefined {
+  const sharding = record.sharding;
+  if (!sharding) return undefined;
+  const shard = sharding.shards > 1 ? shardOf(sharding.namespace, run, sharding.shards) : 0;
+  return sharding.leases[shard];
+}
+
+/**
+ * Sharded: when the shard of the run named `run` was acquired. Each acquisition begins a tenure
+ * (another holder, or the same after a hand-back), whose holder starts with no memory of the run.
+ */
+function takeoversOf(record: SoakRecord, run: string): number[] {
+  if (!sharded(record)) return [];
+  const lease = leaseOfRun(record, run);
+  return (tenuresByLease(record).get(lease ?? "") ?? []).filter((t) => t.holder !== "").map((t) => t.at);
+}
+
+/** Each Lease's tenures in the order they began. */
+function tenuresByLease(record: SoakRecord): Map<string, TenureRecord[]> {
+  const out = new Map<string, TenureRecord[]>();
+  for (const t of record.tenures ?? []) out.set(t.lease, [...(out.get(t.lease) ?? []), t]);
+  for (const list of out.values()) list.sort((a, b) => a.at - b.at || a.seenAt - b.seenAt);
+  return out;
+}
+
+/**
+ * Sharded: when every shard Lease `replica` held at `t` had been acquired by another replica
+ * (Infinity if one never was), or undefined when it held none.
+ */
+function handedOver(record: SoakRecord, replica: string, t: number): number | undefined {
+  let last: number | undefined;
+  for (const tenures of tenuresByLease(record).values()) {
+    if (tenures.findLast((x) => x.at <= t)?.holder !== replica) continue;
+    const next = tenures.find((x) => x.at >= t && x.holder !== "" && x.holder !== replica);
+    last = Math.max(last ?? -Infinity, next?.at ?? Infinity);
+  }
+  return last;
+}
+
+/**
+ * Sharded: how long after the API server is back a shard Lease that could not be renewed during the
+ * outage may take to be held again (its 15 s duration, a 2 s retry, and a margin); changes of hands
+ * later than that are the replicas sharing the shards again, not the outage's doing.
+ */
+const OUTAGE_RECOVERY_MS = 20_000;
+
+/**
+ * Sharded: when no replica held a shard: from each loss of a replica holding shards until others
+ * held them, from each hand-back until the next holder took the shard, and API outages. With
+ * `lease`, that shard's only (a run's); else any shard's.
+ */
+function shardless(record: SoakRecord, lease?: string): Interval[] {
+  const out: Interval[] = [];
+  for (const [name, list] of tenuresByLease(record)) {
+    if (lease !== undefined && name !== lease) continue;
+    list.forEach((t, i) => {
+      if (t.holder !== "") return;
+      const next = list.slice(i + 1).find((x) => x.holder !== "");
+      out.push({ from: t.at, to: Math.min(next?.at ?? Infinity, record.endedAt) });
+    });
+  }
+  const acquisitions = (record.tenures ?? []).filter((t) => t.holder !== "" && (lease === undefined || t.lease === lease));
+  const tenures = lease === undefined ? undefined : (tenuresByLease(record).get(lease) ?? []);
+  for (const fault of record.faults) {
+    if (fault.skipped) continue;
+    if (((fault.kind === "leader-sigkill" || fault.kind === "leader-rollout") && fault.replica) || (fault.kind === "watch-stall" && fault.leader && fault.replica)) {
+      let to: number | undefined;
+      if (tenures) {
+        if (tenures.findLast((x) => x.at <= fault.at)?.holder === fault.replica) to = tenures.find((x) => x.at >= fault.at && x.holder !== "" && x.holder !== fault.replica)?.at ?? Infinity;
+      } else {
+        to = handedOver(record, fault.replica as string, fault.at);
+      }
+      if (to !== undefined) out.push({ from: fault.at, to: Math.min(to, record.endedAt) });
+    }
+    if (fault.kind === "apiserver-restart" || fault.kind === "etcd-restart") {
+      const back = fault.until ?? record.endedAt;
+      const retaken = acquisitions.filter((t) => t.at >= fault.at && t.at <= back + OUTAGE_RECOVERY_MS).map((t) => t.at);
+      out.push({ from: fault.at, to: Math.max(back, ...retaken) });
+    }
+  }
+  return out;
+}
+
+/**
+ * When no replica led: from each loss of the leader until another replica held the lease, and API
+ * outages. Sharded, when no replica held the shard of the run named `run` (without it: any shard).
+ */
+export function leaderless(record: SoakRecord, run?: string): Interval[] {
+  if (sharded(record)) return shardless(record, run === undefined ? undefined : leaseOfRun(record, run));
   const out: Interval[] = [];
   for (const fault of record.faults) {
     if (fault.skipped) continue;
@@ -186,32 +280,53 @@ function blind(record: SoakRecord, noLeader: Interval[]): Interval[] {
  * been heard from since and the pod's longest grace has passed, with the kubelet's margin
  * (operator/watchdog/sandboxes.ts). The operator notices the pod gone once it sees again, the node
  * is heard from at its next Lease renewal (after a pause, once it resumes), and the operator looks
- * every CONTACT_POLL_MS. A run queued meanwhile waits as it must, not stuck.
+ * every CONTACT_POLL_MS. A run queued meanwhile waits as it must, not stuck. The wait is the
+ * memory of the replica that leads (or holds the run's shard): one that loses the run before the
+ * wait is over leaves it to the next, which waits again from when it takes the run over.
  */
-function unseenEndWaits(record: SoakRecord, pods: PodRecord[], noLeader: Interval[]): Interval[] {
+function unseenEndWaits(record: SoakRecord, pods: PodRecord[], noLeader: Interval[], takeovers: number[] = []): Interval[] {
   const unseen = blind(record, noLeader);
   const out: Interval[] = [];
   for (const p of pods) {
-    if (p.goneAt === undefined || !inside(p.terminalAt ?? p.goneAt, unseen)) continue;
-    let noticed = p.goneAt;
-    for (let moved = true; moved; ) {
-      const covering = unseen.find((i) => noticed >= i.from && noticed < i.to);
-      moved = covering !== undefined;
-      if (covering) noticed = covering.to;
+    if (p.goneAt === undefined) continue;
+    const end = p.terminalAt ?? p.goneAt;
+    // Sharded: the holder that saw the pod end may hand the run over before its next attempt
+    // starts; the next holder never saw the end, and waits from when it took the shard.
+    const next = pods.filter((q) => q.attempt > p.attempt).reduce((first, q) => Math.min(first, q.seenAt), Infinity);
+    const takeover = takeovers.find((t) => t > end && t < next);
+    let from: number;
+    let noticed: number;
+    if (inside(end, unseen)) [from, noticed] = [p.goneAt, p.goneAt];
+    else if (takeover !== undefined) [from, noticed] = [takeover, Math.max(takeover, p.goneAt)];
+    else continue;
+    for (;;) {
+      for (let moved = true; moved; ) {
+        const covering = unseen.find((i) => noticed >= i.from && noticed < i.to);
+        moved = covering !== undefined;
+        if (covering) noticed = covering.to;
+      }
+      let contact = noticed + NODE_LEASE_RENEW_MS;
+      for (const fault of record.faults) {
+        if (fault.kind !== "node-pause" || fault.skipped) continue;
+        const resumed = fault.until ?? record.endedAt;
+        if (fault.at < contact && resumed > noticed) contact = Math.max(contact, resumed + NODE_LEASE_RENEW_MS);
+      }
+      const grace = Math.max(p.graceSeconds ?? DEFAULT_POD_GRACE_SECONDS, KUBELET_MIN_GRACE_SECONDS) * 1000;
+      const done = contact + CONTACT_POLL_MS + grace + CONTACT_MARGIN_MS;
+      const lost = noLeader.filter((i) => i.from >= noticed && i.from < done).sort((a, b) => a.from - b.from)[0];
+      const taken = takeovers.find((t) => t > noticed && t < done);
+      const again = Math.min(lost && lost.to > noticed ? lost.to : Infinity, taken ?? Infinity);
+      if (!Number.isFinite(again)) {
+        out.push({ from, to: done });
+        break;
+      }
+      noticed = again;
     }
-    let contact = noticed + NODE_LEASE_RENEW_MS;
-    for (const fault of record.faults) {
-      if (fault.kind !== "node-pause" || fault.skipped) continue;
-      const resumed = fault.until ?? record.endedAt;
-      if (fault.at < contact && resumed > noticed) contact = Math.max(contact, resumed + NODE_LEASE_RENEW_MS);
-    }
-    const grace = Math.max(p.graceSeconds ?? DEFAULT_POD_GRACE_SECONDS, KUBELET_MIN_GRACE_SECONDS) * 1000;
-    out.push({ from: p.goneAt, to: contact + CONTACT_POLL_MS + grace + CONTACT_MARGIN_MS });
   }
   return out;
 }
 
-function lostOrStuck(record: SoakRecord, noLeader: Interval[]): Violation[] {
+function lostOrStuck(record: SoakRecord, noLeaderOf: (run: string) => Interval[]): Violation[] {
   const out: Violation[] = [];
   for (const run of record.runs) {
     const problem = endStateProblem(run);
@@ -223,7 +338,8 @@ function lostOrStuck(record: SoakRecord, noLeader: Interval[]): Violation[] {
   for (const run of record.runs) {
     const phases = record.phases.filter((p) => p.runUid === run.uid).sort((a, b) => a.at - b.at);
     const runPods = record.pods.filter((p) => p.runUid === run.uid);
-    const pods = [...runPods.map((p) => ({ from: p.seenAt, to: p.goneAt ?? record.endedAt })), ...unseenEndWaits(record, runPods, noLeader)];
+    const noLeader = noLeaderOf(run.name);
+    const pods = [...runPods.map((p) => ({ from: p.seenAt, to: p.goneAt ?? record.endedAt })), ...unseenEndWaits(record, runPods, noLeader, takeoversOf(record, run.name))];
     let waited = 0;
     let reported = false;
     for (let i = 0; i < phases.length; i++) {
@@ -318,7 +434,84 @@ function crashes(record: SoakRecord): Violation[] {
     .map((e) => ({ invariant: "operatorCrashes" as const, at: e.at, what: `replica ${e.replica} exited by itself (code ${e.code}, signal ${e.signal})` }));
 }
 
-function detection(record: SoakRecord, noLeader: Interval[]): Findings["detection"] {
+const WRITE_VERBS = new Set(["create", "update", "patch", "delete"]);
+/** A sandbox pod's run, from its name (<run>-<attempt>-<uid prefix>), when the observer did not see the pod. */
+const runOfPodName = (pod: string) => /^(.*)-\d+(-[a-z0-9]{1,5})?$/.exec(pod)?.[1] ?? pod;
+const iso = (t: number) => new Date(t).toISOString();
+const describeTenure = (t: TenureRecord) => (t.holder ? `${t.holder} acquired it at ${iso(t.at)}` : `it was handed back at ${iso(t.at)}`);
+
+/** The run an applied write of a replica was about, or undefined (a refused write changed nothing). */
+function runWritten(write: WriteRecord, podRuns: Map<string, string>): string | undefined {
+  if (!WRITE_VERBS.has(write.verb) || !write.name || write.code >= 400) return undefined;
+  if (write.resource === "agentruns" || write.resource.startsWith("agentruns/")) return write.name;
+  if (write.resource === "pods" || write.resource.startsWith("pods/")) return podRuns.get(write.name) ?? runOfPodName(write.name);
+  return undefined;
+}
+
+/**
+ * Which process of a replica wrote: the last one of its ServiceAccount started by then (a
+ * replica's processes follow one another: each is started once the one before has exited).
+ */
+function writerOf(record: SoakRecord, write: WriteRecord): string {
+  let writer: { identity: string; startedAt: number } | undefined;
+  for (const r of record.replicas ?? []) if (r.user === write.user && r.startedAt <= write.at && (!writer || r.startedAt >= writer.startedAt)) writer = r;
+  return writer?.identity ?? write.user;
+}
+
+/**
+ * No run acted on by two replicas at once: every write a replica's process made to a run's objects
+ * (the run, its status, its pods: the API server's audit log) falls within that process's tenure
+ * of the Lease that decides the run (its shard's, or the leader's): at or after its acquireTime,
+ * and before the Lease was next acquired by another. A hand-back ends nothing by itself: until
+ * another holds the Lease nobody else writes. Writes close together by one writer to one run under
+ * one tenure not its own are one violation. A history without these records has nothing to check.
+ */
+function sharedRuns(record: SoakRecord): { violations: Violation[]; writes: Findings["writes"] } {
+  const sharding = record.sharding;
+  const none = { violations: [], writes: { checked: 0, runs: 0, replicas: 0, tenures: record.tenures?.length ?? 0 } };
+  if (!sharding || !record.writes?.length || !record.tenures) return none;
+  const podRuns = new Map(record.pods.map((p) => [p.name, p.run]));
+  const byLease = tenuresByLease(record);
+  const episodes = new Map<string, { violation: Violation; more: number; last: number }>();
+  const runs = new Set<string>();
+  const writers = new Set<string>();
+  let checked = 0;
+  for (const write of [...record.writes].sort((a, b) => a.at - b.at)) {
+    const run = runWritten(write, podRuns);
+    if (run === undefined) continue;
+    const shard = sharding.shards > 1 ? shardOf(sharding.namespace, run, sharding.shards) : 0;
+    const lease = leaseOfRun(record, run) ?? `shard ${shard}`;
+    const writer = writerOf(record, write);
+    checked++;
+    runs.add(run);
+    writers.add(writer);
+    const tenures = byLease.get(lease) ?? [];
+    const index = tenures.findLastIndex((t) => t.holder !== "" && t.at <= write.at);
+    const current = tenures[index];
+    if (current?.holder === writer) continue;
+    const key = `${writer}|${run}|${lease}|${index}`;
+    const episode = episodes.get(key);
+    if (episode) {
+      episode.more++;
+      episode.last = write.at;
+      continue;
+    }
+    const own = tenures.findLast((t) => t.holder === writer && t.at <= write.at);
+    const ownEnd = own ? tenures.find((t) => t.at >= own.at && t.holder !== "" && t.holder !== writer) : undefined;
+    const next = tenures.find((t) => t.at > write.at);
+    const events = [
+      `write: ${writer} ${write.verb} ${write.resource} ${write.name} at ${iso(write.at)} (code ${write.code})`,
+      `${lease}${sharding.shards > 1 ? ` (shard ${shard})` : ""}: ${current ? `${describeTenure(current)}` : "nobody had acquired it yet"}`,
+      own ? `${writer}'s tenure began at ${iso(own.at)}${ownEnd ? ` and ended when ${ownEnd.holder} acquired it at ${iso(ownEnd.at)}` : ""}` : `${writer} had never acquired it`,
+      ...(next ? [`next: ${describeTenure(next)}`] : []),
+    ];
+    episodes.set(key, { violation: { invariant: "sharedRuns", run, at: write.at, what: `${writer} wrote outside its tenure of ${lease}: ${events.join("; ")}` }, more: 0, last: write.at });
+  }
+  const violations = [...episodes.values()].map(({ violation, more, last }) => (more ? { ...violation, what: `${violation.what}; and ${more} more such write${more === 1 ? "" : "s"} until ${iso(last)}` } : violation));
+  return { violations, writes: { checked, runs: runs.size, replicas: writers.size, tenures: record.tenures.length } };
+}
+
+function detection(record: SoakRecord, noLeaderOf: (run: string) => Interval[]): Findings["detection"] {
   const withLeader: number[] = [];
   const withoutLeader: number[] = [];
   const gone: number[] = [];
@@ -330,7 +523,7 @@ function detection(record: SoakRecord, noLeader: Interval[]): Findings["detectio
     const alive = Math.max(heartbeat !== undefined ? heartbeat + HEARTBEAT_ROUND_UP_MS : -Infinity, p.agentStartedAt ?? -Infinity);
     if (!Number.isFinite(alive)) continue;
     const deadline = alive + run.heartbeatTimeoutMs;
-    (inside(deadline, noLeader) ? withoutLeader : withLeader).push(p.deletionSeenAt - deadline);
+    (inside(deadline, noLeaderOf(p.run)) ? withoutLeader : withLeader).push(p.deletionSeenAt - deadline);
     const container = record.containers.filter((c) => c.pod === p.name).map((c) => c.to);
     const end = container.length ? Math.max(...container) : p.goneAt;
     if (end !== undefined) gone.push(end - deadline);
@@ -340,6 +533,10 @@ function detection(record: SoakRecord, noLeader: Interval[]): Findings["detectio
 
 function failover(record: SoakRecord): Findings["failover"] {
   const gap = (f: FaultRecord) => {
+    if (sharded(record)) {
+      const to = handedOver(record, f.replica as string, f.at);
+      return to !== undefined && Number.isFinite(to) ? to - f.at : undefined;
+    }
     const next = record.leases.find((l) => l.at >= f.at && l.holder !== undefined && l.holder !== f.replica);
     return next ? next.at - f.at : undefined;
   };
@@ -352,8 +549,12 @@ function failover(record: SoakRecord): Findings["failover"] {
 }
 
 export function analyse(record: SoakRecord): Findings {
+  // Sharded, a run is without a supervisor only while its own shard has no holder.
   const noLeader = leaderless(record);
-  const violations = [...duplicates(record), ...earlyRetries(record), ...falseKills(record), ...lostOrStuck(record, noLeader), ...ledgerGaps(record), ...sideEffects(record), ...misappliedAnswers(record), ...crashes(record)];
+  const byRun = new Map<string, Interval[]>();
+  const noLeaderOf = (run: string) => (sharded(record) ? (byRun.get(run) ?? (byRun.set(run, leaderless(record, run)).get(run) as Interval[])) : noLeader);
+  const shared = sharedRuns(record);
+  const violations = [...duplicates(record), ...shared.violations, ...earlyRetries(record), ...falseKills(record), ...lostOrStuck(record, noLeaderOf), ...ledgerGaps(record), ...sideEffects(record), ...misappliedAnswers(record), ...crashes(record)];
   const counts = Object.fromEntries(INVARIANTS.map((i) => [i, violations.filter((v) => v.invariant === i).length])) as Record<Invariant, number>;
-  return { violations, counts, detection: detection(record, noLeader), failover: failover(record) };
+  return { violations, counts, detection: detection(record, noLeaderOf), failover: failover(record), writes: shared.writes };
 }

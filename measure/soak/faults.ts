@@ -64,15 +64,36 @@ export interface FaultContext {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-async function leader(world: SoakWorld): Promise<Replica | undefined> {
+const alive = (r: Replica) => r.child.exitCode === null && r.child.signalCode === null;
+
+/**
+ * The replica whose loss costs the runs their supervisor: the leader; sharded, one of the replicas
+ * holding shards, drawn at random (with what it holds, for the record).
+ */
+async function leader(world: SoakWorld, rand: () => number): Promise<{ replica: Replica; shards?: number[] } | undefined> {
   try {
+    if (world.sharding.shards > 1) {
+      const list = await world.client.get<{ items: Json[] }>(`/apis/coordination.k8s.io/v1/namespaces/${world.namespace}/leases`, { labelSelector: world.leases.selector ?? "" });
+      const held = new Map<string, number[]>();
+      for (const lease of list.items) {
+        const shard = world.sharding.leases.indexOf((lease.metadata as { name: string }).name);
+        const holder = (lease.spec as { holderIdentity?: string } | undefined)?.holderIdentity ?? "";
+        if (shard >= 0 && holder) held.set(holder, [...(held.get(holder) ?? []), shard].sort((a, b) => a - b));
+      }
+      const holders = [...world.replicas.values()].filter((r) => alive(r) && held.has(r.identity));
+      const replica = holders[Math.floor(rand() * holders.length)];
+      return replica ? { replica, shards: held.get(replica.identity) as number[] } : undefined;
+    }
     const lease = await world.client.get<Json>(`/apis/coordination.k8s.io/v1/namespaces/${world.namespace}/leases/${LEASE_NAME}`);
     const holder = (lease.spec as { holderIdentity?: string } | undefined)?.holderIdentity;
-    return [...world.replicas.values()].find((r) => r.identity === holder && r.child.exitCode === null && r.child.signalCode === null);
+    const replica = [...world.replicas.values()].find((r) => r.identity === holder && alive(r));
+    return replica ? { replica } : undefined;
   } catch {
     return undefined;
   }
 }
+
+const holding = (shards: number[] | undefined) => (shards ? ` (holding shard${shards.length === 1 ? "" : "s"} ${shards.join(", ")})` : "");
 
 /** Signals a replica (the soak's doing, not a crash), waits for it to exit and starts it again. */
 async function replace(ctx: FaultContext, replica: Replica, signal: NodeJS.Signals): Promise<void> {
@@ -151,15 +172,15 @@ export async function apply(ctx: FaultContext, planned: Planned): Promise<FaultR
   switch (planned.kind) {
     case "leader-sigkill":
     case "leader-rollout": {
-      const current = await leader(world);
+      const current = await leader(world, rand);
       if (!current) {
-        record.skipped = "no replica leads right now";
+        record.skipped = world.sharding.shards > 1 ? "no replica holds a shard right now" : "no replica leads right now";
         break;
       }
-      record.replica = current.identity;
+      record.replica = current.replica.identity;
       const signal = planned.kind === "leader-sigkill" ? "SIGKILL" : "SIGTERM";
-      record.detail = `${signal} ${current.identity}`;
-      await replace(ctx, current, signal);
+      record.detail = `${signal} ${current.replica.identity}${holding(current.shards)}`;
+      await replace(ctx, current.replica, signal);
       break;
     }
     case "apiserver-restart":
@@ -176,8 +197,8 @@ export async function apply(ctx: FaultContext, planned: Planned): Promise<FaultR
       break;
     }
     case "watch-stall": {
-      const current = await leader(world);
-      const replica = current ?? [...world.replicas.values()][0];
+      const current = await leader(world, rand);
+      const replica = current?.replica ?? [...world.replicas.values()][0];
       if (!replica) {
         record.skipped = "no replica";
         break;
@@ -188,7 +209,7 @@ export async function apply(ctx: FaultContext, planned: Planned): Promise<FaultR
       await sleep(planned.forMs ?? 20_000);
       replica.proxy.resume();
       record.until = Date.now();
-      record.detail = `${replica.identity}'s connections stalled silently for ${(planned.forMs ?? 20_000) / 1000} s`;
+      record.detail = `${replica.identity}${holding(current?.shards)}'s connections stalled silently for ${(planned.forMs ?? 20_000) / 1000} s`;
       break;
     }
     case "node-pause": {

@@ -1,12 +1,12 @@
 // The soak's independent observer. It trusts nothing the operator says about itself: it lists and
-// watches pods, runs and the leader Lease through a connection of its own (not through the proxies
+// watches pods, runs and the Leases that decide who writes (the leader's, or each shard's) through a connection of its own (not through the proxies
 // the soak breaks), samples what really runs on the node, and writes down plain facts with their
 // times (record.ts). The analysis (analyse.ts) decides afterwards what broke.
 import { LABELS } from "../../operator/api/annotations.ts";
 import { parseDuration } from "../../operator/api/duration.ts";
 import type { Json, KubeClient } from "../../operator/kube/client.ts";
 import type { TaskEvent } from "./node-view.ts";
-import type { ApprovalRecord, AttemptEnd, ContainerInterval, HeartbeatRecord, LeaseRecord, PhaseRecord, PodRecord, RunRecord } from "./record.ts";
+import type { ApprovalRecord, AttemptEnd, ContainerInterval, HeartbeatRecord, LeaseRecord, PhaseRecord, PodRecord, RunRecord, TenureRecord } from "./record.ts";
 import { HEARTBEAT_FIELD, serverWriteTime } from "../../operator/api/managed-fields.ts";
 
 /* eslint-disable @typescript-eslint/no-explicit-any -- objects are read as plain JSON here */
@@ -46,6 +46,9 @@ class ListWatch {
   private readonly path: string;
   private readonly query: Record<string, string>;
   private readonly onObject: (type: "ADDED" | "MODIFIED" | "DELETED", object: Json) => void;
+  private listed?: () => void;
+  /** Resolves once the first list has been taken in: from then on the watch misses nothing. */
+  readonly ready = new Promise<void>((resolve) => (this.listed = resolve));
 
   constructor(client: KubeClient, path: string, query: Record<string, string>, onObject: (type: "ADDED" | "MODIFIED" | "DELETED", object: Json) => void) {
     this.client = client;
@@ -72,6 +75,7 @@ class ListWatch {
               this.onObject("DELETED", object);
             }
           }
+          this.listed?.();
           await new Promise<void>((resolve) => {
             void this.client
               .watch(
@@ -99,9 +103,20 @@ class ListWatch {
 
   async stop(): Promise<void> {
     this.stopped = true;
+    this.listed?.();
     this.abort?.abort();
     await this.loop;
   }
+}
+
+/**
+ * The Leases the observer watches: the leader Lease `name` (its holders go to `leases`), or with
+ * `selector`, the shard Leases that label selector finds. Either way each tenure goes to `tenures`.
+ */
+export interface WatchedLeases {
+  namespace: string;
+  name: string;
+  selector?: string;
 }
 
 interface RunState {
@@ -119,6 +134,7 @@ export class Observer {
   readonly attemptEnds = new Map<string, AttemptEnd>();
   readonly phases: PhaseRecord[] = [];
   readonly leases: LeaseRecord[] = [];
+  readonly tenures: TenureRecord[] = [];
   /** Every approval request seen, by run uid and id. */
   private readonly approvalRequests = new Map<string, ApprovalRecord>();
   private readonly runs = new Map<string, RunState>();
@@ -134,13 +150,13 @@ export class Observer {
 
   private readonly client: KubeClient;
   private readonly namespace: string;
-  private readonly lease: { namespace: string; name: string };
+  private readonly lease: WatchedLeases;
   private readonly nodeView: NodeView;
   private readonly nodeEvents?: NodeEvents;
   /** Told of each pod seen Failed, once (the soak keeps its log for whoever looks into it). */
   onFailedPod?: (pod: string) => void;
 
-  constructor(client: KubeClient, namespace: string, lease: { namespace: string; name: string }, nodeView: NodeView, nodeEvents?: NodeEvents) {
+  constructor(client: KubeClient, namespace: string, lease: WatchedLeases, nodeView: NodeView, nodeEvents?: NodeEvents) {
     this.client = client;
     this.namespace = namespace;
     this.lease = lease;
@@ -153,12 +169,22 @@ export class Observer {
     this.watches.push(
       new ListWatch(this.client, `/api/v1/namespaces/${ns}/pods`, { labelSelector: LABELS.run }, (type, pod) => this.onPod(type, pod)),
       new ListWatch(this.client, `/apis/watchdog.dev/v1alpha1/namespaces/${ns}/agentruns`, {}, (type, run) => this.onRun(type, run)),
-      new ListWatch(this.client, `/apis/coordination.k8s.io/v1/namespaces/${this.lease.namespace}/leases`, { fieldSelector: `metadata.name=${this.lease.name}` }, (type, lease) => this.onLease(type, lease)),
+      new ListWatch(
+        this.client,
+        `/apis/coordination.k8s.io/v1/namespaces/${this.lease.namespace}/leases`,
+        this.lease.selector ? { labelSelector: this.lease.selector } : { fieldSelector: `metadata.name=${this.lease.name}` },
+        (type, lease) => this.onLease(type, lease),
+      ),
     );
     for (const w of this.watches) w.start();
     this.sampling = this.sample();
     // One event at a time, in containerd's order: an exit never overtakes its start's lookup.
     this.following = this.nodeEvents?.events((event) => void (this.taskEvents = this.taskEvents.then(() => this.onTaskEvent(event))));
+  }
+
+  /** Resolves once the Leases have been listed: a tenure that begins later is seen. */
+  leasesWatched(): Promise<void> {
+    return (this.watches[2] as ListWatch).ready;
   }
 
   async stop(): Promise<void> {
@@ -316,8 +342,21 @@ export class Observer {
   }
 
   private onLease(type: string, lease: any): void {
-    const holder = type === "DELETED" ? undefined : (lease.spec?.holderIdentity as string | undefined) || undefined;
-    if (this.leases.at(-1)?.holder !== holder || this.leases.length === 0) this.leases.push({ at: Date.now(), ...(holder ? { holder } : {}) });
+    const name = lease.metadata?.name as string;
+    if (name === this.lease.name) {
+      const holder = type === "DELETED" ? undefined : (lease.spec?.holderIdentity as string | undefined) || undefined;
+      if (this.leases.at(-1)?.holder !== holder || this.leases.length === 0) this.leases.push({ at: Date.now(), ...(holder ? { holder } : {}) });
+    }
+    if (type === "DELETED") return;
+    // A tenure begins at its acquireTime; a Lease handed back keeps that, and was handed back at
+    // its renewTime. Renewals change neither holder nor acquireTime, and are not tenures.
+    const spec = lease.spec ?? {};
+    const holder = (spec.holderIdentity as string | undefined) ?? "";
+    const seenAt = Date.now();
+    const at = ms(holder ? spec.acquireTime : spec.renewTime);
+    const tenure: TenureRecord = { lease: name, holder, at: Number.isFinite(at) ? at : seenAt, seenAt };
+    const last = this.tenures.findLast((t) => t.lease === name);
+    if (!last || last.holder !== tenure.holder || last.at !== tenure.at) this.tenures.push(tenure);
   }
 
   /** What runs on the node, every 250 ms: a container seen running opens an interval until it is not. */

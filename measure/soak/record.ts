@@ -120,6 +120,59 @@ export interface LeaseRecord {
   holder?: string;
 }
 
+/**
+ * One tenure of a Lease that decides who writes for runs (the leader Lease, or a shard's), as the
+ * observer's watch of the Leases saw it begin: a holder and its spec.acquireTime, or a hand-back
+ * (holder "", at its spec.renewTime, the time of the release; the Lease keeps its acquireTime).
+ */
+export interface TenureRecord {
+  lease: string;
+  /** spec.holderIdentity; "" when the Lease was handed back. */
+  holder: string;
+  /** spec.acquireTime of the holder, or spec.renewTime of a hand-back (the replica's clock, ms). */
+  at: number;
+  /** When this observer saw it. */
+  seenAt: number;
+}
+
+/** One process of an operator replica: the identity it held Leases under, and who it was to the API server. */
+export interface ReplicaRecord {
+  /** Its POD_NAME: new on every start, as a Deployment's pods are. */
+  identity: string;
+  /** The API server's user name of its ServiceAccount (one per replica, kept across its restarts). */
+  user: string;
+  /** When the process was started: it wrote nothing before. */
+  startedAt: number;
+}
+
+/**
+ * A write of a replica to a run's objects, from the API server's audit log: create, update, patch
+ * or delete of an AgentRun (or its status) or of a sandbox pod, in the soak's namespace, by name.
+ */
+export interface WriteRecord {
+  /** The audit log's user name (a replica's ServiceAccount). */
+  user: string;
+  verb: string;
+  /** resource[/subresource]: agentruns, agentruns/status, pods. */
+  resource: string;
+  name: string;
+  /** When the API server received it (its requestReceivedTimestamp, ms). */
+  at: number;
+  /** Its response code: 400 and above were refused, and changed nothing. */
+  code: number;
+}
+
+/** How the runs were shared among the replicas: by one leader Lease (shards 1) or by a Lease per shard. */
+export interface ShardingRecord {
+  /** The soak's namespace, which with the run's name gives its shard. */
+  namespace: string;
+  /** How many replicas ran at once. */
+  replicas: number;
+  shards: number;
+  /** The Lease of each shard, by shard number (shards 1: the leader Lease). */
+  leases: string[];
+}
+
 export type FaultKind =
   | "leader-sigkill"
   | "leader-rollout"
@@ -183,4 +236,13 @@ export interface SoakRecord {
   answers?: AnswerRecord[];
   faults: FaultRecord[];
   operatorExits: OperatorExit[];
+  /**
+   * Who might write for which run, and who did (absent in older histories, whose writes are not
+   * checked): the replicas' processes, the tenures of the Leases, and the replicas' writes to the
+   * runs and their pods as the API server's audit log shows them.
+   */
+  sharding?: ShardingRecord;
+  replicas?: ReplicaRecord[];
+  tenures?: TenureRecord[];
+  writes?: WriteRecord[];
 }

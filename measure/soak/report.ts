@@ -5,6 +5,7 @@ import type { FaultRecord } from "./record.ts";
 
 const LABELS: Record<(typeof INVARIANTS)[number], string> = {
   duplicateSandboxes: "duplicate sandboxes (node and API view)",
+  sharedRuns: "runs written by two replicas at once",
   earlyRetries: "early retries",
   falseKills: "false kills",
   lostOrStuckRuns: "lost or stuck runs",
@@ -31,6 +32,9 @@ export interface Summary {
   samples: number;
   /** The fixed defect the operator ran with, if any (npm run soak -- --reintroduce). */
   reintroduced?: string;
+  /** How many replicas ran at once, and over how many shards (absent in older histories). */
+  replicas?: number;
+  shards?: number;
   /** Where the history was written, for \`npm run check-history\`. */
   history?: string;
 }
@@ -38,7 +42,8 @@ export interface Summary {
 export function table(summary: Summary): string {
   const { findings } = summary;
   const out: string[] = [];
-  out.push(`soak on ${summary.node}: ${summary.runs} runs, ${secs(summary.durationMs)} of faults, seed ${Number.isNaN(summary.seed) ? "unknown" : summary.seed}, ${summary.settled ? "settled" : "did NOT settle"}; ${summary.samples} node samples`);
+  const sharing = summary.replicas !== undefined ? `${summary.replicas} replicas, ${summary.shards === 1 ? "one leader" : `${summary.shards} shards`}, ` : "";
+  out.push(`soak on ${summary.node}: ${sharing}${summary.runs} runs, ${secs(summary.durationMs)} of faults, seed ${Number.isNaN(summary.seed) ? "unknown" : summary.seed}, ${summary.settled ? "settled" : "did NOT settle"}; ${summary.samples} node samples`);
   if (summary.reintroduced) out.push(`the operator ran with a fixed defect re-introduced on purpose: ${summary.reintroduced}`);
   out.push("");
   out.push("faults");
@@ -58,8 +63,12 @@ export function table(summary: Summary): string {
   out.push(`  deadline to deletion request, leader at the deadline     ${line(findings.detection.requestWithLeader)}`);
   out.push(`  deadline to deletion request, no leader at the deadline  ${line(findings.detection.requestWithoutLeader)}`);
   out.push(`  deadline to container gone                              ${line(findings.detection.containerGone)}`);
-  out.push(`  failover after a SIGKILL of the leader                  ${line(findings.failover.hard)}`);
-  out.push(`  failover after a graceful rollout of the leader         ${line(findings.failover.graceful)}`);
+  // Sharded, a failover ends when every shard the replica held is held by another.
+  const victim = (summary.shards ?? 1) > 1 ? "a shard holder" : "the leader";
+  out.push(`  ${`failover after a SIGKILL of ${victim}`.padEnd(55)} ${line(findings.failover.hard)}`);
+  out.push(`  ${`failover after a graceful rollout of ${victim}`.padEnd(55)} ${line(findings.failover.graceful)}`);
+  const w = findings.writes;
+  out.push(`  replicas' writes to runs checked against Lease tenures   ${w.checked === 0 ? "none recorded" : `${w.checked} writes to ${w.runs} runs by ${w.replicas} replica processes, ${w.tenures} tenures`}`);
   if (findings.violations.length) {
     out.push("");
     out.push("violations");
@@ -71,10 +80,11 @@ export function table(summary: Summary): string {
 export function jsonLine(summary: Summary): string {
   const { findings } = summary;
   return JSON.stringify({
-    soak: { node: summary.node, runs: summary.runs, durationMs: summary.durationMs, seed: summary.seed, settled: summary.settled, ...(summary.reintroduced ? { reintroduced: summary.reintroduced } : {}), ...(summary.history ? { history: summary.history } : {}) },
+    soak: { node: summary.node, runs: summary.runs, durationMs: summary.durationMs, seed: summary.seed, settled: summary.settled, ...(summary.replicas !== undefined ? { replicas: summary.replicas, shards: summary.shards } : {}), ...(summary.reintroduced ? { reintroduced: summary.reintroduced } : {}), ...(summary.history ? { history: summary.history } : {}) },
     faults: Object.fromEntries([...new Set(summary.faults.map((f) => f.kind))].map((k) => [k, summary.faults.filter((f) => f.kind === k && !f.skipped).length])),
     violations: findings.counts,
     detection: findings.detection,
     failover: findings.failover,
+    writes: findings.writes,
   });
 }

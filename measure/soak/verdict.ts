@@ -31,6 +31,7 @@ export function judge(history: SoakRecord, extra: { runs?: number; samples?: num
     findings,
     samples: extra.samples ?? 0,
     ...(history.reintroduced ? { reintroduced: history.reintroduced } : {}),
+    ...(history.sharding ? { replicas: history.sharding.replicas, shards: history.sharding.shards } : {}),
     ...(extra.path ? { history: extra.path } : {}),
   };
   return { ok: settled && findings.violations.length === 0, findings, text: `${table(summary)}\n${jsonLine(summary)}\n` };
@@ -40,7 +41,11 @@ export function judge(history: SoakRecord, extra: { runs?: number; samples?: num
 export function selfTestText(): { ok: boolean; text: string } {
   const result = selfTest();
   const lines = Object.entries(result.counts).map(([invariant, n]) => `  ${invariant.padEnd(20)} injected 1, counted ${n}${n === 1 ? "" : "  <-- wrong"}`);
-  lines.push(result.ok ? "self-test passed: each injected violation was counted exactly once" : "self-test FAILED");
+  const handoff = result.handoff;
+  const clean = handoff.violations.length === 0;
+  lines.push(`  ${"a shard handoff".padEnd(20)} injected 0, counted ${handoff.violations.length} (${handoff.writes.checked} writes by ${handoff.writes.replicas} replica processes checked)${clean ? "" : "  <-- wrong"}`);
+  for (const v of handoff.violations) lines.push(`    ${v.invariant}${v.run ? ` ${v.run}` : ""}: ${v.what}`);
+  lines.push(result.ok ? "self-test passed: each injected violation was counted exactly once, and the shard handoff found clean" : "self-test FAILED");
   return { ok: result.ok, text: `${lines.join("\n")}\n` };
 }
 
@@ -50,7 +55,8 @@ const CHECK_HISTORY_USAGE = `usage: npm run check-history -- FILE|DIR
   FILE|DIR     a history.json a soak wrote (or the same gzipped, .json.gz), or the soak's
                directory (it holds history.json)
   --self-test  check the checker: a history with one violation of each kind, each of which must be
-               counted exactly once
+               counted exactly once, and a sharded history with a shard handed over, which must
+               be found clean
 
 Prints the soak's table (faults, invariants, figures, each violation with the events that prove
 it), then one JSON line. Exit 0 when nothing was violated and every run settled.

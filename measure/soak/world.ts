@@ -1,9 +1,11 @@
 // Where the soak runs: the real node (sandboxes in real pods of the project image) or the kwok
 // node (the local sandbox runner plays the kubelet, running the example agent as processes). In
-// both, two operator replicas run as local processes with leader election, each reaching the API
-// server through a TCP proxy of its own that the soak can cut or stall.
+// both, the operator replicas (two by default) run as local processes with leader election, or
+// sharing the runs' shards, each reaching the API server through a TCP proxy of its own that the
+// soak can cut or stall, as a ServiceAccount of its own, so that the API server's audit log tells
+// their writes apart.
 import { spawn, type ChildProcess } from "node:child_process";
-import { closeSync, mkdirSync, openSync, readFileSync } from "node:fs";
+import { closeSync, mkdirSync, openSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { pino } from "pino";
@@ -15,9 +17,12 @@ import { EXAMPLE_ENV } from "../../harness/scenario.ts";
 import { freePort } from "../../harness/free-port.ts";
 import { startApiProxy, type TcpProxy } from "../../harness/tcp-proxy.ts";
 import { SandboxRunner, stateRoot } from "../../harness/sandbox-runner.ts";
+import { LEASE_LABELS, leaseGroup, shardLeaseName } from "../../operator/sharding/shard-leases.ts";
+import { AUDITED_NAMESPACE, auditedUser, operatorKubeconfig } from "../bench/lib.ts";
+import { auditLogOf } from "./audit.ts";
 import { ContainerdView } from "./node-view.ts";
-import type { NodeEvents, NodeView } from "./observer.ts";
-import type { OperatorExit } from "./record.ts";
+import type { NodeEvents, NodeView, WatchedLeases } from "./observer.ts";
+import type { OperatorExit, ReplicaRecord, ShardingRecord } from "./record.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 
@@ -27,6 +32,8 @@ export interface Replica {
   name: string;
   /** The identity it holds the Lease under (new on every start). */
   identity: string;
+  /** The audit log's user name of its ServiceAccount (the same on every start). */
+  user: string;
   child: ChildProcess;
   proxy: TcpProxy;
   metricsUrl: string;
@@ -52,7 +59,17 @@ export interface SoakWorld {
   /** Pids of sandbox processes (the agent containers' or the runner's), by pod name. */
   sandboxPids(): Promise<Map<string, number>>;
   replicas: Map<string, Replica>;
+  /** Every process of every replica the soak started, in order. */
+  replicaStarts: ReplicaRecord[];
   operatorExits: OperatorExit[];
+  /** How the replicas share the runs, and the Leases the observer watches for it. */
+  sharding: ShardingRecord;
+  leases: WatchedLeases;
+  /** The control plane's audit log, and the replicas' users in it. */
+  auditLog: string;
+  users: string[];
+  /** Starts every replica, one after another, each once the one before is live. */
+  startReplicas(): Promise<void>;
   startReplica(name: string): Promise<Replica>;
   teardown(): Promise<void>;
 }
@@ -62,7 +79,16 @@ export interface WorldOptions {
   namespace: string;
   dir: string;
   log: (line: string) => void;
+  /** How many operator replicas run at once (default 2). */
+  replicas?: number;
+  /** Shards of the runs (default 1: one leader supervises every run). */
+  shards?: number;
 }
+
+/** The names of the replicas: a, b, c, ... */
+export const replicaNames = (count: number) => Array.from({ length: count }, (_, i) => String.fromCharCode(97 + i));
+/** The ServiceAccount (of the audited namespace) a replica runs as. */
+const accountOf = (name: string) => `soak-${name}`;
 
 async function postgresUp(): Promise<string> {
   const url = exported(await scriptOk("postgres.sh", ["up"]), "DATABASE_URL");
@@ -70,9 +96,11 @@ async function postgresUp(): Promise<string> {
   return url;
 }
 
-/** Builds what the soak needs and starts the two operator replicas. */
+/** Builds what the soak needs; startReplicas() then starts the operator replicas. */
 export async function soakWorld(options: WorldOptions): Promise<SoakWorld> {
   const { namespace, dir, log } = options;
+  const names = replicaNames(options.replicas ?? 2);
+  const shards = options.shards ?? 1;
   mkdirSync(dir, { recursive: true });
   const cleanups: (() => Promise<unknown>)[] = [];
   let state: string;
@@ -129,20 +157,44 @@ export async function soakWorld(options: WorldOptions): Promise<SoakWorld> {
     sandboxEnv.EXAMPLE_OUTBOX_URL = `http://${host}:${port}`;
   }
 
+  // Each replica as a cluster-admin ServiceAccount of its own, in the namespace whose requests the
+  // control plane's audit policy records: its writes are told from the other replicas' there.
+  log(`a ServiceAccount for each of ${names.length} operator replicas`);
+  const auditLog = auditLogOf(kubeconfig);
+  const accountKubeconfigs = new Map<string, string>();
+  cleanups.push(async () => {
+    for (const [name, file] of accountKubeconfigs) {
+      rmSync(file, { force: true }); // it holds the account's token
+      await client.delete(`/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/${AUDITED_NAMESPACE}-${accountOf(name)}`).catch(() => undefined);
+      await client.delete(`/api/v1/namespaces/${AUDITED_NAMESPACE}/serviceaccounts/${accountOf(name)}`).catch(() => undefined);
+    }
+  });
+  for (const name of names) accountKubeconfigs.set(name, await operatorKubeconfig(client, kubeconfig, accountOf(name)));
+  const sharding: ShardingRecord = {
+    namespace,
+    replicas: names.length,
+    shards,
+    leases: shards > 1 ? Array.from({ length: shards }, (_, shard) => shardLeaseName(LEASE_NAME, shard)) : [LEASE_NAME],
+  };
+  const leases: WatchedLeases = { namespace, name: LEASE_NAME, ...(shards > 1 ? { selector: `${LEASE_LABELS.group}=${leaseGroup(LEASE_NAME)},${LEASE_LABELS.role}=shard` } : {}) };
+
   const replicas = new Map<string, Replica>();
+  const replicaStarts: ReplicaRecord[] = [];
   let tearingDown = false;
   let tornDown: Promise<void> | undefined;
   const operatorExits: OperatorExit[] = [];
   let generation = 0;
   const startReplica = async (name: string): Promise<Replica> => {
-    const proxy = await startApiProxy(kubeconfig);
+    const proxy = await startApiProxy(accountKubeconfigs.get(name) as string);
     const metricsPort = await freePort();
     const healthPort = await freePort();
     const identity = `soak-${name}-${++generation}`;
+    const user = auditedUser(accountOf(name));
     const logFile = join(dir, `operator-${name}.log`);
     const fd = openSync(logFile, "a");
     // The ledger's URL in the environment: on the command line ps would show its password.
     const env: NodeJS.ProcessEnv = { ...process.env, KUBECONFIG: proxy.kubeconfig, POD_NAME: identity, DATABASE_URL: databaseUrl };
+    replicaStarts.push({ identity, user, startedAt: Date.now() });
     const child = spawn(
       process.execPath,
       [
@@ -151,6 +203,7 @@ export async function soakWorld(options: WorldOptions): Promise<SoakWorld> {
         "--leader-elect",
         `--leader-election-namespace=${namespace}`,
         `--leader-election-id=${LEASE_NAME}`,
+        ...(shards > 1 ? [`--shards=${shards}`] : []),
         `--metrics-bind-address=127.0.0.1:${metricsPort}`,
         `--health-probe-bind-address=127.0.0.1:${healthPort}`,
         // Real pods get their own fenced identity; kwok's run nothing that would use one.
@@ -160,7 +213,7 @@ export async function soakWorld(options: WorldOptions): Promise<SoakWorld> {
       { env, stdio: ["ignore", fd, fd], detached: true },
     );
     closeSync(fd);
-    const replica: Replica = { name, identity, child, proxy, metricsUrl: `http://127.0.0.1:${metricsPort}/metrics`, signalledBySoak: false };
+    const replica: Replica = { name, identity, user, child, proxy, metricsUrl: `http://127.0.0.1:${metricsPort}/metrics`, signalledBySoak: false };
     replicas.set(name, replica);
     child.once("exit", (code, signal) => {
       operatorExits.push({ replica: identity, at: Date.now(), code, signal, bySoak: replica.signalledBySoak });
@@ -178,9 +231,10 @@ export async function soakWorld(options: WorldOptions): Promise<SoakWorld> {
     });
     return replica;
   };
-  log("two operator replicas, each behind a TCP proxy");
-  await startReplica("a");
-  await startReplica("b");
+  const startReplicas = async () => {
+    log(`${names.length} operator replica${names.length === 1 ? "" : "s"}${shards > 1 ? ` sharing ${shards} shards` : " with leader election"}, each behind a TCP proxy`);
+    for (const name of names) await startReplica(name);
+  };
 
   return {
     node: options.node,
@@ -196,7 +250,13 @@ export async function soakWorld(options: WorldOptions): Promise<SoakWorld> {
     ...(nodeEvents ? { nodeEvents } : {}),
     sandboxPids,
     replicas,
+    replicaStarts,
     operatorExits,
+    sharding,
+    leases,
+    auditLog,
+    users: names.map((name) => auditedUser(accountOf(name))),
+    startReplicas,
     startReplica,
     // Once, whoever asks first: the end of the soak, or a signal that stops it early.
     teardown() {

@@ -5,7 +5,7 @@ import { describe, expect, it } from "vitest";
 import { analyse, endStateProblem, INVARIANTS } from "../../../measure/soak/analyse.ts";
 import { schedule, random } from "../../../measure/soak/faults.ts";
 import type { SoakRecord } from "../../../measure/soak/record.ts";
-import { selfTest, selfTestRecord } from "../../../measure/soak/self-test.ts";
+import { replicaUser, selfTest, selfTestHandoffRecord, selfTestRecord } from "../../../measure/soak/self-test.ts";
 
 const S = 1000;
 
@@ -13,6 +13,7 @@ describe("soak analysis", () => {
   it("counts each injected violation exactly once (the --self-test record)", () => {
     const result = selfTest();
     expect(result.counts).toEqual(Object.fromEntries(INVARIANTS.map((i) => [i, 1])));
+    expect(result.handoff.violations).toEqual([]);
     expect(result.ok).toBe(true);
   });
 
@@ -27,6 +28,7 @@ describe("soak analysis", () => {
     misapplied.answer = "ship it";
     misapplied.decidedSeenAt = record.answers!.find((a) => a.run === "misapplied" && !a.stray)!.at + S;
     record.operatorExits = record.operatorExits.filter((e) => e.bySoak);
+    record.writes = record.writes!.filter((w) => !(w.name === "shared" && w.user === replicaUser("b")));
     expect(analyse(record).violations).toEqual([]);
   });
 
@@ -96,6 +98,86 @@ describe("soak analysis", () => {
     second.seenAt = second.createdAt = bound - 1 * S;
     record.phases.find((p) => p.runUid === "uid-stuck" && p.phase === "Starting")!.at = bound - 1 * S;
     expect(analyse(record).counts.lostOrStuckRuns).toBe(1);
+  });
+
+  it("finds a write outside the writer's tenure, names the events, and counts a burst of them once", () => {
+    const record = selfTestRecord();
+    const [violation] = analyse(record).violations.filter((v) => v.invariant === "sharedRuns");
+    expect(violation?.run).toBe("shared");
+    expect(violation?.what).toContain("write: replica-b patch agentruns/status shared at 2026-01-01T12:00:50.000Z (code 200)");
+    expect(violation?.what).toContain("agent-watchdog-soak: replica-a acquired it at 2026-01-01T11:59:55.000Z");
+    expect(violation?.what).toContain("next: replica-b acquired it at 2026-01-01T12:01:39.000Z");
+    // More writes of replica-b to the run under replica-a's tenure: the same episode.
+    record.writes!.push({ ...record.writes!.find((w) => w.code === 200 && w.name === "shared" && w.user === replicaUser("b"))!, at: Date.UTC(2026, 0, 1, 12, 1, 0) });
+    expect(analyse(record).counts.sharedRuns).toBe(1);
+    expect(analyse(record).violations.find((v) => v.invariant === "sharedRuns")?.what).toContain("and 1 more such write until 2026-01-01T12:01:00.000Z");
+    // A write of replica-b to a pod of another run, before it led: another episode.
+    record.writes!.push({ user: replicaUser("b"), verb: "delete", resource: "pods", name: "clean-1", at: Date.UTC(2026, 0, 1, 12, 0, 10), code: 200 });
+    expect(analyse(record).counts.sharedRuns).toBe(2);
+    // Reads and refused writes change nothing.
+    record.writes!.push({ user: replicaUser("b"), verb: "get", resource: "agentruns", name: "ledger", at: Date.UTC(2026, 0, 1, 12, 0, 10), code: 200 });
+    record.writes!.push({ user: replicaUser("b"), verb: "update", resource: "agentruns", name: "ledger", at: Date.UTC(2026, 0, 1, 12, 0, 10), code: 409 });
+    expect(analyse(record).counts.sharedRuns).toBe(2);
+  });
+
+  it("judges writes around a shard handoff by the tenure of the writer's own process", () => {
+    const clean = selfTestHandoffRecord();
+    expect(analyse(clean).violations).toEqual([]);
+    expect(analyse(clean).writes).toEqual({ checked: 10, runs: 2, replicas: 3, tenures: 5 });
+    const moved = clean.runs.find((r) => r.behaviour === "crash")!.name;
+    const at = (s: number) => clean.startedAt + s * S;
+    // The killed replica's successor (the same ServiceAccount) writes before it took the shard.
+    const early = selfTestHandoffRecord();
+    early.writes!.push({ user: replicaUser("a"), verb: "patch", resource: "agentruns/status", name: moved, at: at(65), code: 200 });
+    expect(analyse(early).counts.sharedRuns).toBe(1);
+    expect(analyse(early).violations[0]?.what).toContain("soak-a-2 had never acquired it");
+    // The replica that handed the shard back writes once its successor holds it.
+    const late = selfTestHandoffRecord();
+    late.writes!.push({ user: replicaUser("b"), verb: "create", resource: "pods", name: `${moved}-3-c0ffe`, at: at(71), code: 201 });
+    expect(analyse(late).counts.sharedRuns).toBe(1);
+    expect(analyse(late).violations[0]?.what).toContain("soak-b-1's tenure began at 2026-01-01T12:00:56.000Z and ended when soak-a-2 acquired it at 2026-01-01T12:01:11.000Z");
+    // The killed process itself, writing after the shard was taken (a request held up on the way).
+    const stale = selfTestHandoffRecord();
+    stale.replicas = stale.replicas!.filter((r) => r.identity !== "soak-a-2");
+    stale.tenures = stale.tenures!.filter((t) => t.holder !== "soak-a-2" && t.holder !== "");
+    stale.writes = stale.writes!.filter((w) => w.at < at(70));
+    stale.writes.push({ user: replicaUser("a"), verb: "patch", resource: "agentruns/status", name: moved, at: at(57), code: 200 });
+    expect(analyse(stale).counts.sharedRuns).toBe(1);
+  });
+
+  it("checks nothing in a history without tenures and writes, and finds nothing there", () => {
+    const record = selfTestRecord();
+    delete record.sharding;
+    delete record.replicas;
+    delete record.tenures;
+    delete record.writes;
+    const findings = analyse(record);
+    expect(findings.counts.sharedRuns).toBe(0);
+    expect(findings.writes.checked).toBe(0);
+  });
+
+  it("waits out a killed replica's shards moving to another, and rule 9 again for each new holder, and no longer", () => {
+    const record = selfTestHandoffRecord();
+    expect(analyse(record).failover.hard).toMatchObject({ count: 1, max: 16 * S });
+    const moved = record.runs.find((r) => r.behaviour === "crash")!;
+    const first = record.pods.find((p) => p.runUid === moved.uid && p.attempt === 1)!;
+    const second = record.pods.find((p) => p.runUid === moved.uid && p.attempt === 2)!;
+    const starting = record.phases.find((p) => p.runUid === moved.uid && p.phase === "Starting")!;
+    const retryAt = (s: number) => {
+      second.seenAt = second.createdAt = starting.at = record.startedAt + s * S;
+      second.terminalAt = second.goneAt = record.endedAt = record.startedAt + (s + 20) * S;
+      return analyse(record).counts.lostOrStuckRuns;
+    };
+    // soak-b-1, taking the shard at 56 s, never saw the first pod end: it waits for the node's next
+    // Lease renewal (10 s), a look (10 s), the pod's grace (5 s) and the margin (22 s); soak-a-2,
+    // taking it over at 71 s, waits all that again: until 118 s.
+    first.graceSeconds = 5;
+    expect(retryAt(118 + 14)).toBe(0);
+    expect(retryAt(118 + 16)).toBe(1);
+    // Without the second takeover, the wait ends at 103 s.
+    record.tenures = record.tenures!.filter((t) => t.holder !== "soak-a-2" && t.holder !== "");
+    expect(retryAt(103 + 14)).toBe(0);
+    expect(retryAt(103 + 16)).toBe(1);
   });
 
   it("finds a lost run, and allows a faulted run the restarts its faults cost", () => {

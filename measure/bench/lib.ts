@@ -9,7 +9,8 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { KubeConfig } from "@kubernetes/client-node";
 import { freePort } from "../../harness/free-port.ts";
-import { isAlreadyExists, KubeClient, type Json } from "../../operator/kube/client.ts";
+import { LABELS } from "../../operator/api/annotations.ts";
+import { isAlreadyExists, KubeClient, paths, type Json } from "../../operator/kube/client.ts";
 
 export const root = fileURLToPath(new URL("../..", import.meta.url));
 
@@ -519,4 +520,44 @@ export function auditedRequest(line: string): AuditedRequest | undefined {
     at: Date.parse(event.requestReceivedTimestamp ?? ""),
     code: event.responseStatus?.code ?? 0,
   };
+}
+
+/** Pods of the namespace the bench has seen running, by run name. */
+export class PodCensus {
+  readonly running = new Set<string>();
+  private abort?: AbortController;
+  private closed = false;
+  private readonly client: KubeClient;
+  private readonly ns: string;
+  constructor(client: KubeClient, ns: string) {
+    this.client = client;
+    this.ns = ns;
+  }
+  async start(): Promise<void> {
+    await keepWatching((onEnd) => this.client.watch(
+      paths.pods(this.ns),
+      {},
+      (type, pod) => {
+        const meta = pod.metadata as { labels?: Record<string, string>; deletionTimestamp?: string };
+        const run = meta.labels?.[LABELS.run];
+        if (!run) return;
+        const phase = (pod.status as { phase?: string } | undefined)?.phase;
+        if (type !== "DELETED" && !meta.deletionTimestamp && phase === "Running") this.running.add(run);
+        else this.running.delete(run);
+      },
+      onEnd,
+      600_000,
+    ), () => this.closed, (abort) => (this.abort = abort));
+  }
+  stop(): void {
+    this.closed = true;
+    this.abort?.abort();
+  }
+}
+
+/** One heartbeat of attempt 1, as a sandbox writes it. */
+export async function heartbeat(client: KubeClient, ns: string, name: string): Promise<void> {
+  await client.mergePatch(paths.runStatus(ns, name), {
+    status: { heartbeat: { time: new Date().toISOString(), attempt: 1, state: "Planning", activity: { time: new Date().toISOString(), kind: "text" } } },
+  });
 }

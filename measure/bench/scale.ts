@@ -13,14 +13,12 @@
 //
 // Usage: npm run bench:scale -- [--runs 10000] [--heartbeat-sample 1000]
 import { parseArgs } from "node:util";
-import { LABELS } from "../../operator/api/annotations.ts";
 import { paths, type KubeClient } from "../../operator/kube/client.ts";
 import {
   benchRun,
   clientFor,
   controlPlaneUp,
   freshNamespace,
-  keepWatching,
   histogram,
   log as logAs,
   operatorWrites,
@@ -34,6 +32,8 @@ import {
   operatorMain,
   until,
   type OperatorChild,
+  PodCensus,
+  heartbeat,
 } from "./lib.ts";
 
 const HELP = `usage: npm run bench:scale -- [--runs 10000] [--heartbeat-sample 1000]
@@ -73,45 +73,6 @@ const log = (message: string) => logAs("bench:scale", message);
 const MiB = (bytes: number) => round(bytes / 1024 / 1024, 1);
 const operatorEntry = operatorMain(values["from-sources"]);
 const operatorArgs = values.concurrency ? [`--concurrency=${values.concurrency}`] : [];
-
-/** Pods of the namespace the bench has seen running, by run name. */
-class PodCensus {
-  readonly running = new Set<string>();
-  private abort?: AbortController;
-  private closed = false;
-  private readonly client: KubeClient;
-  private readonly ns: string;
-  constructor(client: KubeClient, ns: string) {
-    this.client = client;
-    this.ns = ns;
-  }
-  async start(): Promise<void> {
-    await keepWatching((onEnd) => this.client.watch(
-      paths.pods(this.ns),
-      {},
-      (type, pod) => {
-        const meta = pod.metadata as { labels?: Record<string, string>; deletionTimestamp?: string };
-        const run = meta.labels?.[LABELS.run];
-        if (!run) return;
-        const phase = (pod.status as { phase?: string } | undefined)?.phase;
-        if (type !== "DELETED" && !meta.deletionTimestamp && phase === "Running") this.running.add(run);
-        else this.running.delete(run);
-      },
-      onEnd,
-      600_000,
-    ), () => this.closed, (abort) => (this.abort = abort));
-  }
-  stop(): void {
-    this.closed = true;
-    this.abort?.abort();
-  }
-}
-
-async function heartbeat(client: KubeClient, ns: string, name: string): Promise<void> {
-  await client.mergePatch(paths.runStatus(ns, name), {
-    status: { heartbeat: { time: new Date().toISOString(), attempt: 1, state: "Planning", activity: { time: new Date().toISOString(), kind: "text" } } },
-  });
-}
 
 /** Waits until the operator has written nothing for five seconds and its queue is empty. */
 async function quiet(operator: OperatorChild, timeoutMs = 900_000): Promise<void> {

@@ -42,7 +42,6 @@ import {
   controlPlaneUp,
   cpuSecondsOf,
   freshNamespace,
-  keepWatching,
   log as logAs,
   pool,
   round,
@@ -54,6 +53,8 @@ import {
   until,
   type OperatorChild,
   type ReplicaChild,
+  PodCensus,
+  heartbeat,
 } from "./lib.ts";
 
 const HELP = `usage: npm run bench:shards -- [--replicas 3] [--runs 10000] [--shards N]
@@ -102,45 +103,6 @@ const MiB = (bytes: number) => round(bytes / 1024 / 1024, 1);
 const seconds = (ms: number) => round(ms / 1000, 1);
 const operatorEntry = operatorMain(values["from-sources"]);
 const operatorArgs = [`--resync-period=${RESYNC}`, ...(values.concurrency ? [`--concurrency=${values.concurrency}`] : [])];
-
-/** Pods of the namespace the bench has seen running, by run name (as bench:scale counts them). */
-class PodCensus {
-  readonly running = new Set<string>();
-  private abort?: AbortController;
-  private closed = false;
-  private readonly client: KubeClient;
-  private readonly ns: string;
-  constructor(client: KubeClient, ns: string) {
-    this.client = client;
-    this.ns = ns;
-  }
-  async start(): Promise<void> {
-    await keepWatching((onEnd) => this.client.watch(
-      paths.pods(this.ns),
-      {},
-      (type, pod) => {
-        const meta = pod.metadata as { labels?: Record<string, string>; deletionTimestamp?: string };
-        const run = meta.labels?.[LABELS.run];
-        if (!run) return;
-        const phase = (pod.status as { phase?: string } | undefined)?.phase;
-        if (type !== "DELETED" && !meta.deletionTimestamp && phase === "Running") this.running.add(run);
-        else this.running.delete(run);
-      },
-      onEnd,
-      600_000,
-    ), () => this.closed, (abort) => (this.abort = abort));
-  }
-  stop(): void {
-    this.closed = true;
-    this.abort?.abort();
-  }
-}
-
-async function heartbeat(client: KubeClient, ns: string, name: string): Promise<void> {
-  await client.mergePatch(paths.runStatus(ns, name), {
-    status: { heartbeat: { time: new Date().toISOString(), attempt: 1, state: "Planning", activity: { time: new Date().toISOString(), kind: "text" } } },
-  });
-}
 
 /** A sample that may not exist yet (a counter not yet incremented): 0 then. */
 const counter = (metrics: string, prefix: string) => {

@@ -11,6 +11,7 @@ import { installOperator, type InstalledOperator, type RealNode } from "../../ha
 import { paths, type Json, type KubeClient } from "../../operator/kube/client.ts";
 import { deleteNamespace, kube, kubeconfigPath, newNamespace } from "../support/cluster.ts";
 import { waitFor } from "../support/wait.ts";
+import { longRun } from "./support.ts";
 import { kubectl, ok, refusal, requestToken, root, tokenClient } from "../chart/support.ts";
 
 const CRD = "agentruns.watchdog.dev";
@@ -52,34 +53,6 @@ const leaderGauge = (text: string) => Number(/^leader_election_master_status\{[^
 
 function sample(file: string): Json {
   return parseYaml(readFileSync(join(root, "test/manifests/samples", file), "utf8")) as Json;
-}
-
-/** A healthy run long enough to be in flight while the leader changes. */
-function longRun(name: string): Json {
-  return {
-    apiVersion: "watchdog.dev/v1alpha1",
-    kind: "AgentRun",
-    metadata: { name },
-    spec: {
-      goal: "healthy",
-      template: {
-        spec: {
-          containers: [
-            {
-              name: "agent",
-              image: "agent-watchdog:0.1.0",
-              args: ["example-agent"],
-              env: [
-                { name: "EXAMPLE_STEPS", value: "8" },
-                { name: "EXAMPLE_STEP_DELAY_MS", value: "3000" },
-              ],
-            },
-          ],
-        },
-      },
-      watchdog: { heartbeatTimeout: "60s" },
-    },
-  };
 }
 
 describe("the chart with the image built here, on the real node", () => {

@@ -14,6 +14,7 @@ import { shardOf } from "../../operator/sharding/shard-of.ts";
 import { shardLeaseName } from "../../operator/sharding/shard-leases.ts";
 import { deleteNamespace, kube, kubeconfigPath, newNamespace } from "../support/cluster.ts";
 import { waitFor } from "../support/wait.ts";
+import { longRun } from "./support.ts";
 import { root } from "../chart/support.ts";
 
 const SHARDS = 3;
@@ -42,33 +43,6 @@ afterAll(async () => {
 function sample(file: string, name: string): Json {
   const manifest = parseYaml(readFileSync(join(root, "test/manifests/samples", file), "utf8")) as Json;
   return { ...manifest, metadata: { ...(manifest.metadata as Json), name } };
-}
-
-function longRun(name: string): Json {
-  return {
-    apiVersion: "watchdog.dev/v1alpha1",
-    kind: "AgentRun",
-    metadata: { name },
-    spec: {
-      goal: "healthy",
-      template: {
-        spec: {
-          containers: [
-            {
-              name: "agent",
-              image: "agent-watchdog:0.1.0",
-              args: ["example-agent"],
-              env: [
-                { name: "EXAMPLE_STEPS", value: "8" },
-                { name: "EXAMPLE_STEP_DELAY_MS", value: "3000" },
-              ],
-            },
-          ],
-        },
-      },
-      watchdog: { heartbeatTimeout: "60s" },
-    },
-  };
 }
 
 /** Shard -> the replica holding its Lease, once every shard is held by a different replica. */

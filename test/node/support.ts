@@ -133,3 +133,30 @@ export async function ensureSandboxRole(client: KubeClient): Promise<void> {
 /** Operator flags that give each namespace's sandboxes a ServiceAccount bound to SANDBOX_ROLE. */
 export const SANDBOX_FLAGS = ["--sandbox-service-account=namespace", `--sandbox-cluster-role=${SANDBOX_ROLE}`];
 
+/** A healthy run of the example agent (eight steps, 3 s apart), long enough to be in flight while its supervisor changes. */
+export function longRun(name: string): Json {
+  return {
+    apiVersion: "watchdog.dev/v1alpha1",
+    kind: "AgentRun",
+    metadata: { name },
+    spec: {
+      goal: "healthy",
+      template: {
+        spec: {
+          containers: [
+            {
+              name: "agent",
+              image: "agent-watchdog:0.1.0",
+              args: ["example-agent"],
+              env: [
+                { name: "EXAMPLE_STEPS", value: "8" },
+                { name: "EXAMPLE_STEP_DELAY_MS", value: "3000" },
+              ],
+            },
+          ],
+        },
+      },
+      watchdog: { heartbeatTimeout: "60s" },
+    },
+  };
+}

@@ -6,7 +6,7 @@
 // caller change the answer and resume annotations and nothing else. Callers without the verb (the
 // operator, editors, people with roles of their own) are not matched, so nothing else changes.
 import { AgentRunSpec, GROUP, PLURAL } from "./agentrun.ts";
-import { ANNOTATIONS, ANSWER_ANNOTATIONS } from "./annotations.ts";
+import { ANNOTATIONS, ANSWER_ANNOTATIONS, LABELS } from "./annotations.ts";
 
 type Json = Record<string, unknown>;
 
@@ -16,8 +16,8 @@ export const ANSWER_VERB = "answer";
 /** What an approver may set or remove: an answer (approve or reject, with the request's id), and a resume. */
 export const APPROVER_ANNOTATIONS: readonly string[] = [...ANSWER_ANNOTATIONS, ANNOTATIONS.resume];
 
-/** Metadata an approver may not change, besides the other annotations. */
-const FIXED_METADATA = ["labels", "finalizers", "ownerReferences"] as const;
+/** Metadata an approver may not change, besides the other annotations and the labels. */
+const FIXED_METADATA = ["finalizers", "ownerReferences"] as const;
 
 const may = (verb: string) => `authorizer.group('${GROUP}').resource('${PLURAL}').namespace(request.namespace).name(request.name).check('${verb}').allowed()`;
 
@@ -30,7 +30,16 @@ export function approverPolicySpec(): Json {
   const changedSpec = Object.keys(AgentRunSpec.shape)
     .map((f) => `(object.spec.?${f} == oldObject.spec.?${f} ? [] : ['spec.${f}'])`)
     .join("\n+ ");
-  const changedMetadata = FIXED_METADATA.map((f) => `(object.metadata.?${f} == oldObject.metadata.?${f} ? [] : ['metadata.${f}'])`).join("\n+ ");
+  // Labels are fixed too, but for one addition: a run admitted before the chart's shard policy has
+  // no shard label, and that policy stamps it (with the value it computes, whatever the request
+  // said) on the run's next update, an approver's answer included. Refusing that would refuse the
+  // answer for something the approver did not ask.
+  const labelsBefore = "oldObject.metadata.?labels.orValue({})";
+  const labelsAfter = "object.metadata.?labels.orValue({})";
+  const changedLabels =
+    `(${labelsAfter}.exists(k, !(k == '${LABELS.shard}' && !(k in ${labelsBefore})) && (!(k in ${labelsBefore}) || ${labelsBefore}[k] != ${labelsAfter}[k]))` +
+    ` || ${labelsBefore}.exists(k, !(k in ${labelsAfter})) ? ['metadata.labels'] : [])`;
+  const changedMetadata = [changedLabels, ...FIXED_METADATA.map((f) => `(object.metadata.?${f} == oldObject.metadata.?${f} ? [] : ['metadata.${f}'])`)].join("\n+ ");
   const changedAnnotations =
     `${after}.filter(k, !(k in ${allowed}) && (!(k in ${before}) || ${before}[k] != ${after}[k]))` +
     `\n+ ${before}.filter(k, !(k in ${allowed}) && !(k in ${after}))`;

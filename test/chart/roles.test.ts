@@ -123,4 +123,19 @@ describe("roles for people", () => {
     await eventually("an editor to change the goal", () => as.editor.mergePatch(paths.run(ns, "asked"), { spec: { goal: "edited" }, metadata: { annotations: { [ANNOTATIONS.retryAfter]: null } } }));
     expect(APPROVER_ANNOTATIONS).toEqual([ANNOTATIONS.approve, ANNOTATIONS.reject, ANNOTATIONS.approvalId, ANNOTATIONS.resume]);
   });
+
+  it("lets an approver answer a run that has no shard label yet, which the shard policy stamps on that answer", async () => {
+    // Made with generateName: it has no name at admission, so the shard policy leaves it unlabelled
+    // (as it would a run made before the policy existed).
+    const manifest = runManifest("unused") as Json & { metadata: Json };
+    const made = (await admin.create(paths.runs(ns), { ...manifest, metadata: { generateName: "unlabelled-" } })) as { metadata: { name: string; labels?: Record<string, string> } };
+    expect(made.metadata.labels?.[LABELS.shard]).toBeUndefined();
+    const answered = (await annotate(as.approver, made.metadata.name, { [ANNOTATIONS.approve]: "yes", [ANNOTATIONS.approvalId]: "req-1" })) as { metadata: { labels?: Record<string, string> } };
+    expect(answered.metadata.labels?.[LABELS.shard]).toBe("0");
+    // Once it has one, no one moves it: the shard policy keeps the old value, so an approver's try
+    // changes nothing, and any other label is refused as before.
+    const moved = (await as.approver.mergePatch(paths.run(ns, made.metadata.name), { metadata: { labels: { [LABELS.shard]: "7" } } })) as { metadata: { labels?: Record<string, string> } };
+    expect(moved.metadata.labels?.[LABELS.shard]).toBe("0");
+    expect((await refusal(as.approver.mergePatch(paths.run(ns, made.metadata.name), { metadata: { labels: { team: "other" } } }))).message).toContain("metadata.labels");
+  });
 });

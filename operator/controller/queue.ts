@@ -8,7 +8,8 @@
 //   key urgent again;
 // - keys whose deadline has come (addDue: a hung sandbox's kill, a backoff's end) are handed out
 //   before any other: under a flood of watch events (heartbeats) a kill waits for a free worker,
-//   never behind the flood.
+//   never behind the flood; and a worker may ask for due keys only (get(true)), so that some
+//   workers are free for a kill even while every other one is busy with routine writes.
 
 import type { QueueMetrics } from "../metrics/metrics.ts";
 
@@ -75,7 +76,7 @@ export class WorkQueue {
   private readonly addedAt = new Map<string, number>();
   private readonly startedAt = new Map<string, number>();
   private readonly delayed = new Map<string, { at: number; timer: NodeJS.Timeout }>();
-  private readonly waiters: ((key: string | undefined) => void)[] = [];
+  private readonly waiters: { dueOnly: boolean; resolve: (key: string | undefined) => void }[] = [];
   private readonly backoff = new ItemBackoff();
   private readonly bucket = new TokenBucket();
   private shuttingDown = false;
@@ -159,12 +160,12 @@ export class WorkQueue {
     return this.backoff.retries(key);
   }
 
-  /** The next key to process, or undefined once the queue is shut down. */
-  get(): Promise<string | undefined> {
-    const key = first(this.dueQueue) ?? first(this.queue) ?? first(this.idleQueue);
+  /** The next key to process (with `dueOnly`, the next due one), or undefined once the queue is shut down. */
+  get(dueOnly = false): Promise<string | undefined> {
+    const key = first(this.dueQueue) ?? (dueOnly ? undefined : (first(this.queue) ?? first(this.idleQueue)));
     if (key !== undefined) return Promise.resolve(this.take(key));
     if (this.shuttingDown) return Promise.resolve(undefined);
-    return new Promise((resolve) => this.waiters.push(resolve));
+    return new Promise((resolve) => this.waiters.push({ dueOnly, resolve }));
   }
 
   done(key: string): void {
@@ -190,15 +191,20 @@ export class WorkQueue {
     this.shuttingDown = true;
     for (const { timer } of this.delayed.values()) clearTimeout(timer);
     this.delayed.clear();
-    for (const waiter of this.waiters.splice(0)) waiter(undefined);
+    for (const waiter of this.waiters.splice(0)) waiter.resolve(undefined);
     // Nothing left here will be worked on (a shard handed back is another replica's to work now).
     this.metrics.depth(0);
   }
 
   private push(key: string): void {
-    const waiter = this.waiters.shift();
+    // A due key goes to a due-only worker first, keeping the others for routine work; any other
+    // key only to a worker that takes every kind.
+    const due = this.due.has(key);
+    let index = this.waiters.findIndex((w) => w.dueOnly === due);
+    if (index < 0 && due) index = 0;
+    const waiter = index >= 0 ? this.waiters.splice(index, 1)[0] : undefined;
     if (waiter) {
-      waiter(this.take(key));
+      waiter.resolve(this.take(key));
       return;
     }
     if (this.due.has(key)) this.dueQueue.add(key);

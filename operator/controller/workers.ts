@@ -18,6 +18,16 @@ export interface WorkerPoolOptions {
   stuckReconcileMs: number;
 }
 
+/**
+ * How many of `concurrency` workers take only runs whose deadline has come (a kill, a backoff's
+ * end): a quarter, at least one once there are two. Under a load of routine reconciles whose writes
+ * the API server answers slowly, every other worker can be held for seconds; these are free for
+ * the next kill as soon as they finish the last one.
+ */
+export function dueOnlyWorkers(concurrency: number): number {
+  return concurrency < 2 ? 0 : Math.max(1, Math.floor(concurrency / 4));
+}
+
 export class WorkerPool {
   private readonly queue: WorkQueue;
   private readonly wakeups: Wakeups;
@@ -48,7 +58,8 @@ export class WorkerPool {
 
   start(): void {
     this.started = true;
-    for (let i = 0; i < this.options.concurrency; i++) void this.worker();
+    const dueOnly = dueOnlyWorkers(this.options.concurrency);
+    for (let i = 0; i < this.options.concurrency; i++) void this.worker(i < dueOnly);
   }
 
   /** Aborts the reconciles under way and waits up to `ms` for them (the queue is shut down by the caller). */
@@ -70,11 +81,11 @@ export class WorkerPool {
    * its pods first. The run stays in processing until its writes are done: no other worker takes
    * it meanwhile, and its events wait for them.
    */
-  private async worker(): Promise<void> {
+  private async worker(dueOnly: boolean): Promise<void> {
     this.workers++;
     try {
       for (;;) {
-        const key = await this.queue.get();
+        const key = await this.queue.get(dueOnly);
         if (key === undefined) return;
         let handOff = () => {};
         const handedOff = new Promise<void>((resolve) => (handOff = resolve));

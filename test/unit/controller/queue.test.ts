@@ -78,6 +78,44 @@ describe("WorkQueue", () => {
     expect(await q.get()).toBe("x");
   });
 
+  it("gives a worker that asks for due keys only those, and a waiting due key to such a worker first", async () => {
+    const q = new WorkQueue();
+    for (let i = 0; i < 3; i++) q.add(`heartbeat-${i}`);
+    // Nothing due: a due-only worker waits, although routine keys are queued.
+    let dueOnly: string | undefined = "none yet";
+    void q.get(true).then((k) => (dueOnly = k));
+    await Promise.resolve();
+    expect(dueOnly).toBe("none yet");
+    q.addDue("hung");
+    await Promise.resolve();
+    expect(dueOnly).toBe("hung");
+    expect(q.length).toBe(3);
+    // Both kinds waiting: a routine key goes to the general worker, a due one to the due-only worker.
+    for (let i = 0; i < 3; i++) expect(await q.get()).toBe(`heartbeat-${i}`);
+    const general: (string | undefined)[] = [];
+    const reserved: (string | undefined)[] = [];
+    void q.get().then((k) => general.push(k));
+    void q.get(true).then((k) => reserved.push(k));
+    await Promise.resolve();
+    q.add("routine");
+    q.addDue("another-hung");
+    await Promise.resolve();
+    expect(general).toEqual(["routine"]);
+    expect(reserved).toEqual(["another-hung"]);
+    // With no due-only worker waiting, a general one takes a due key.
+    void q.get().then((k) => general.push(k));
+    await Promise.resolve();
+    q.addDue("third-hung");
+    await Promise.resolve();
+    expect(general).toEqual(["routine", "third-hung"]);
+    // A due-only waiter is told the queue shut down.
+    void q.get(true).then((k) => reserved.push(k));
+    await Promise.resolve();
+    q.shutDown();
+    await Promise.resolve();
+    expect(reserved).toEqual(["another-hung", undefined]);
+  });
+
   it("keeps a due key that is being processed due for after it is done", async () => {
     const q = new WorkQueue();
     q.add("a");

@@ -12,19 +12,31 @@
 // most 64 writes in flight, so the flood is bounded in count and time): what a crowd of busy
 // sandboxes does to the kill path. The achieved rate and the flood's own latency are printed.
 //
+// By default the operator and the heartbeats use the admin's credentials, which API Priority and
+// Fairness exempts from all queueing. With --identities they authenticate as in a cluster: the
+// operator as a service account of its own, each heartbeat as one of 64 sandbox service accounts
+// (the flood's runs as 64 others), so all of them share the built-in workload-low level; with
+// --api-priority (implies --identities) the chart's FlowSchemas and priority levels are installed
+// too, as the chart renders them, and removed at the end (--sandbox-shares sets the sandboxes'
+// level's share instead of the chart's default).
+//
 // Usage: npm run bench:detect -- [--runs 200] [--timeout 10s] [--spread 20s] [--concurrency N]
-//                                [--flood RATE] [--flood-runs N] [--from-sources]
+//                                [--flood RATE] [--flood-runs N] [--identities] [--api-priority]
+//                                [--sandbox-shares N]
+//                                [--from-sources]
 // (--concurrency defaults to the operator's own default; --from-sources runs the operator's
 // TypeScript instead of the JavaScript the image runs).
 import { spawn } from "node:child_process";
-import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { freePort } from "../../harness/free-port.ts";
 import { parseArgs } from "node:util";
 import { parseDuration } from "../../operator/api/duration.ts";
 import { LABELS } from "../../operator/api/annotations.ts";
 import { paths, type Json } from "../../operator/kube/client.ts";
-import { benchRun, clientFor, componentPid, controlPlaneUp, cpuSecondsOf, FROM_SOURCES_OPTION, histogram, operatorMain, operatorWrites as writes, percentile, pool, quantile, since, until } from "./lib.ts";
+import { installApiPriority, renderApiPriority } from "./api-priority.ts";
+import { serviceAccountToken } from "../../harness/service-account.ts";
+import { ApiError, KubeClient } from "../../operator/kube/client.ts";
+import { benchRun, clientFor, componentPid, controlPlaneUp, cpuSecondsOf, freshNamespace, keepWatching, FROM_SOURCES_OPTION, histogram, operatorMain, operatorKubeconfig, operatorWrites as writes, percentile, pool, quantile, since, tokenConfig, until } from "./lib.ts";
 
 const { values } = parseArgs({
   options: {
@@ -35,6 +47,9 @@ const { values } = parseArgs({
     "heartbeat-interval": { type: "string" },
     flood: { type: "string", default: "0" },
     "flood-runs": { type: "string", default: "200" },
+    identities: { type: "boolean", default: false },
+    "api-priority": { type: "boolean", default: false },
+    "sandbox-shares": { type: "string" },
     ...FROM_SOURCES_OPTION,
   },
 });
@@ -46,24 +61,47 @@ const floodRate = Number(values.flood);
 const floodRuns = floodRate > 0 ? Number(values["flood-runs"]) : 0;
 /** Flood writes in flight at most: beyond it the flood waits, so it never piles up unbounded. */
 const FLOOD_IN_FLIGHT = 64;
+const apiPriority = values["api-priority"] === true;
+const identities = apiPriority || values.identities === true;
+/** Sandbox service accounts of the measured runs, and as many again for the flood's. */
+const SANDBOX_IDENTITIES = 64;
+/** Where the operator's service account lives (not audited by the control plane: no cost of ours). */
+const OPERATOR_NAMESPACE = "agent-watchdog-detect";
 
 const log = (message: string) => process.stderr.write(`[bench] ${message}\n`);
 
 async function main(): Promise<void> {
   const kubeconfig = controlPlaneUp();
   const client = clientFor(kubeconfig);
-  // An earlier bench's namespace is deleted in the background: its hundreds of runs, pods and
-  // Events keep the API server busy for a minute or more, which would be measured as ours.
-  const earlier = async () =>
-    (await client.get<{ items: { metadata: { name: string } }[] }>("/api/v1/namespaces")).items.map((n) => n.metadata.name).filter((n) => n.startsWith("bench-"));
-  const pending = await earlier();
-  if (pending.length > 0) {
-    log(`waiting for earlier bench namespaces to be deleted: ${pending.join(", ")}`);
-    await until("earlier bench namespaces deleted", async () => (await earlier()).length === 0, 600_000);
+  // An earlier bench's namespace is deleted first: its hundreds of runs, pods and Events keep the
+  // API server busy for a minute or more, which would be measured as ours.
+  const ns = await freshNamespace(client, "bench-detect", "bench:detect");
+
+  // Sandboxes may write their run's status and nothing else, as the chart's sandbox role allows.
+  const sandboxClients = new Map<string, KubeClient>();
+  const heartbeatClient = (name: string): KubeClient => {
+    if (!identities) return client;
+    const flood = name.startsWith("flood");
+    const account = `${flood ? "flood" : "sandbox"}-${Number(name.replace(/^\D+/, "")) % SANDBOX_IDENTITIES}`;
+    return sandboxClients.get(account) as KubeClient;
+  };
+  let removeApiPriority = async () => {};
+  let operatorConfig = kubeconfig;
+  if (identities) {
+    log(`identities: the operator as a service account, heartbeats as ${SANDBOX_IDENTITIES} sandbox accounts (and ${SANDBOX_IDENTITIES} for the flood)`);
+    const rules = [{ apiGroups: ["watchdog.dev"], resources: ["agentruns/status"], verbs: ["get", "patch"] }];
+    const accounts = Array.from({ length: SANDBOX_IDENTITIES }, (_, k) => [`sandbox-${k}`, `flood-${k}`]).flat();
+    await pool(accounts, 8, async (account) => {
+      sandboxClients.set(account, new KubeClient(tokenConfig(kubeconfig, account, await serviceAccountToken(client, ns, account, rules))));
+    });
+    operatorConfig = await operatorKubeconfig(client, kubeconfig, "operator", OPERATOR_NAMESPACE);
   }
-  const ns = `bench-${randomBytes(3).toString("hex")}`;
-  await client.create("/api/v1/namespaces", { apiVersion: "v1", kind: "Namespace", metadata: { name: ns } });
-  await until("default ServiceAccount", () => client.get(`/api/v1/namespaces/${ns}/serviceaccounts/default`).then(() => true, () => false));
+  if (apiPriority) {
+    const shares = values["sandbox-shares"];
+    const objects = renderApiPriority(OPERATOR_NAMESPACE, "operator", shares ? [`apiPriority.sandboxes.nominalConcurrencyShares=${shares}`] : []);
+    log(`API priority: installing the chart's ${objects.map((o) => `${o.kind} ${(o.metadata as { name: string }).name}`).join(", ")}`);
+    removeApiPriority = await installApiPriority(client, objects);
+  }
 
   const metricsPort = await freePort();
   const operator = spawn(
@@ -76,15 +114,32 @@ async function main(): Promise<void> {
       "--health-probe-bind-address=0",
       "--log-level=warn",
     ],
-    { env: { ...process.env, KUBECONFIG: kubeconfig }, stdio: ["ignore", "ignore", "inherit"] },
+    { env: { ...process.env, KUBECONFIG: operatorConfig }, stdio: ["ignore", "ignore", "inherit"] },
   );
+  // However this bench ends, its operator does not outlive it (left running, it kept supervising
+  // the bench's namespace and the next bench waited for that namespace's deletion).
+  process.once("exit", () => operator.kill("SIGKILL"));
   const metrics = () => fetch(`http://127.0.0.1:${metricsPort}/metrics`).then((r) => r.text());
   try {
     await until("operator metrics", () => metrics().then(() => true, () => false), 30_000);
     log(`namespace ${ns}: creating ${N} runs (heartbeatTimeout ${values.timeout}, heartbeat every ${heartbeatEveryMs} ms)`);
     const names = Array.from({ length: N }, (_, i) => `r${i}`);
-    const heartbeat = (name: string) =>
-      client.mergePatch<Json>(paths.runStatus(ns, name), { status: { heartbeat: { time: new Date().toISOString(), attempt: 1, state: "Planning" } } });
+    const heartbeatOnce = (name: string) =>
+      heartbeatClient(name).mergePatch<Json>(paths.runStatus(ns, name), { status: { heartbeat: { time: new Date().toISOString(), attempt: 1, state: "Planning" } } });
+    // As the SDK does: a heartbeat the API server's queues refused (429) is sent again after the
+    // Retry-After it names, with a new time.
+    const heartbeat = async (name: string): Promise<Json> => {
+      for (;;) {
+        try {
+          return await heartbeatOnce(name);
+        } catch (err) {
+          if (!(err instanceof ApiError) || err.code !== 429) throw err;
+          refusedHeartbeats++;
+          await new Promise((r) => setTimeout(r, (err.retryAfterSeconds ?? 1) * 1000));
+        }
+      }
+    };
+    let refusedHeartbeats = 0;
 
     // Each run heartbeats from its creation, as its sandbox would, until its stop time is set and
     // reached; the time of its last acknowledged heartbeat plus the timeout is its deadline.
@@ -137,20 +192,50 @@ async function main(): Promise<void> {
 
     // Stop each run's heartbeats at a known time, spread over `spread`; record deletions by watch.
     const deletedAt = new Map<string, number>();
-    const watch = await client.watch(
-      paths.pods(ns),
-      {},
-      (type, pod) => {
-        // Keyed by run and attempt: a sandbox pod's name also carries part of its run's uid.
-        const labels = (pod.metadata as { labels?: Record<string, string> }).labels ?? {};
-        const name = `${labels[LABELS.run]}-${labels[LABELS.attempt]}`;
-        // The deletion request is what the watchdog controls; how long the node takes to stop
-        // the containers after it is the kubelet's.
-        const deleting = type === "DELETED" || Boolean((pod.metadata as { deletionTimestamp?: string }).deletionTimestamp);
-        if (deleting && !deletedAt.has(name)) deletedAt.set(name, Date.now());
+    const podKey = (pod: Json) => {
+      // Keyed by run and attempt: a sandbox pod's name also carries part of its run's uid.
+      const labels = (pod.metadata as { labels?: Record<string, string> }).labels ?? {};
+      return `${labels[LABELS.run]}-${labels[LABELS.attempt]}`;
+    };
+    // The watch is started again whenever it ends (the API server may close it under load). A pod
+    // deleted and gone while no watch ran is found missing by a list, counted, and given the
+    // list's time (later than its deletion: such kills are measured late, never early).
+    let watchStopped = false;
+    let watchRestarts = 0;
+    let deletedUnwatched = 0;
+    let podWatch: AbortController | undefined;
+    await keepWatching(
+      (onEnd) =>
+        client.watch(
+          paths.pods(ns),
+          {},
+          (type, pod) => {
+            // The deletion request is what the watchdog controls; how long the node takes to stop
+            // the containers after it is the kubelet's.
+            const deleting = type === "DELETED" || Boolean((pod.metadata as { deletionTimestamp?: string }).deletionTimestamp);
+            const key = podKey(pod);
+            if (deleting && !deletedAt.has(key)) deletedAt.set(key, Date.now());
+          },
+          onEnd,
+          600_000,
+        ),
+      () => watchStopped,
+      (abort) => {
+        if (podWatch) {
+          watchRestarts++;
+          void client.get<{ items: Json[] }>(paths.pods(ns)).then((list) => {
+            const present = new Set(list.items.map(podKey));
+            for (const [name, at] of stopAt) {
+              const key = `${name}-1`;
+              if (at <= Date.now() && !present.has(key) && !deletedAt.has(key)) {
+                deletedAt.set(key, Date.now());
+                deletedUnwatched++;
+              }
+            }
+          });
+        }
+        podWatch = abort;
       },
-      () => {},
-      600_000,
     );
     // What the kills cost on each side: the operator's request latency and the API server's CPU.
     const beforeKills = await metrics();
@@ -188,7 +273,7 @@ async function main(): Promise<void> {
           const sentAt = Date.now();
           flood.sent++;
           inFlight++;
-          heartbeat(name).then(
+          heartbeatOnce(name).then(
             () => flood.latencies.push(Date.now() - sentAt),
             () => flood.failed++,
           ).finally(() => inFlight--);
@@ -198,10 +283,19 @@ async function main(): Promise<void> {
       flood.to = Date.now();
     })();
     await Promise.all(loops);
-    await until("every hung pod deleted", async () => names.every((n) => deletedAt.has(`${n}-1`)), timeoutMs + spreadMs + 120_000);
+    await until("every hung pod deleted", async () => names.every((n) => deletedAt.has(`${n}-1`)), timeoutMs + spreadMs + 120_000).catch(async (err: unknown) => {
+      // Say what was left: pods the operator did not delete, or deletions this bench did not see.
+      const missing = names.filter((n) => !deletedAt.has(`${n}-1`));
+      const pods = new Set((await client.get<{ items: Json[] }>(paths.pods(ns))).items.map(podKey));
+      const runs = await client.get<{ items: { metadata: { name: string }; status?: { phase?: string; attempt?: number } }[] }>(paths.runs(ns));
+      const phases = new Map(runs.items.map((r) => [r.metadata.name, `${r.status?.phase}/${r.status?.attempt}`]));
+      log(`${missing.length} hung pods not seen deleted, ${missing.filter((n) => pods.has(`${n}-1`)).length} of them still there; e.g. ${missing.slice(0, 5).map((n) => `${n} (${phases.get(n)})`).join(", ")}; watch restarts ${watchRestarts}`);
+      throw err;
+    });
     flood.stop = true;
     await flooding;
-    watch.abort();
+    watchStopped = true;
+    podWatch?.abort();
     const apiserverCores = (cpuSecondsOf(apiserverPid) - apiserverCpuBefore) / ((Date.now() - killsFrom) / 1000);
     const operatorCores = (cpuSecondsOf(operator.pid) - operatorCpuBefore) / ((Date.now() - killsFrom) / 1000);
     inside.sampling = false;
@@ -230,12 +324,17 @@ async function main(): Promise<void> {
       runs: N,
       heartbeatTimeout: values.timeout,
       concurrency,
+      identities,
+      apiPriority,
       heartbeats: steadyHeartbeats,
       operatorWritesDuringHeartbeats: writesDuring,
       operatorWritesPerHeartbeat: steadyHeartbeats ? writesDuring / steadyHeartbeats : 0,
       deadlineToDeletionMs: { p50: percentile(latencies, 50), p99: percentile(latencies, 99), max: latencies.at(-1), min: latencies[0] },
       answeredDeadlineToDeletionMs: { p50: percentile(fromAnswer, 50), p99: percentile(fromAnswer, 99), max: fromAnswer.at(-1), min: fromAnswer[0] },
       deletedBeforeDeadline: early,
+      refusedHeartbeats,
+      watchRestarts,
+      deletedUnwatched,
       // The operator's own figure: its deadline (the server's record of the heartbeat) to its delete.
       operatorDetectionMs: { p50: ms(quantile(detection, 0.5)), p99: ms(quantile(detection, 0.99)) },
       operatorRequestP99Ms: { PATCH: requestP99("PATCH"), DELETE: requestP99("DELETE") },
@@ -263,6 +362,7 @@ async function main(): Promise<void> {
         `runs                          ${N}`,
         `heartbeat timeout             ${values.timeout} (a heartbeat every ${heartbeatEveryMs} ms per run)`,
         `operator concurrency          ${concurrency}`,
+        `identities                    ${identities ? `operator and sandboxes as service accounts; ${apiPriority ? `the chart's API priority levels installed${values["sandbox-shares"] ? ` (sandboxes' share ${values["sandbox-shares"]})` : ""}` : "no API priority objects (all share workload-low)"}` : "the admin's (exempt from API Priority and Fairness)"}`,
         `deadline -> pod deletion      p50 ${result.deadlineToDeletionMs.p50} ms   p99 ${result.deadlineToDeletionMs.p99} ms   max ${result.deadlineToDeletionMs.max} ms`,
         `  from the heartbeat's answer p50 ${result.answeredDeadlineToDeletionMs.p50} ms   p99 ${result.answeredDeadlineToDeletionMs.p99} ms   max ${result.answeredDeadlineToDeletionMs.max} ms`,
         `  as the operator counts it   p50 ${result.operatorDetectionMs.p50} ms   p99 ${result.operatorDetectionMs.p99} ms (its histogram's buckets)`,
@@ -271,6 +371,8 @@ async function main(): Promise<void> {
         ...(result.flood
           ? [`heartbeat flood               ${result.flood.achievedPerSecond}/s achieved of ${floodRate}/s asked, over ${floodRuns} runs during the kills: ${result.flood.writes} writes (${result.flood.failed} failed), p99 ${result.flood.p99Ms} ms`]
           : []),
+        `heartbeats refused (429)      ${refusedHeartbeats} of the measured runs' (each sent again after its Retry-After)`,
+        `pod watch                     started again ${watchRestarts} times; ${deletedUnwatched} deletions found by a list instead (measured late)`,
         `deleted before the deadline   ${early}`,
         `operator writes / heartbeat   ${result.operatorWritesPerHeartbeat.toFixed(4)}  (${writesDuring} writes during ${steadyHeartbeats} heartbeats)`,
         `operator RSS                  ${result.operatorRssMiB} MiB (V8 heap in use ${heapMiB} MiB)`,
@@ -286,6 +388,7 @@ async function main(): Promise<void> {
     await client.delete(`/api/v1/namespaces/${ns}`).catch(() => {});
     await until(`namespace ${ns} deleted`, () => client.get(`/api/v1/namespaces/${ns}`).then(() => false, () => true), 180_000).catch((err: unknown) => log(String(err)));
     operator.kill("SIGTERM");
+    await removeApiPriority().catch((err: unknown) => log(`removing the API priority objects: ${String(err)}`));
   }
 }
 

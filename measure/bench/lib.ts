@@ -90,13 +90,27 @@ export async function freshNamespace(client: KubeClient, prefix: string, bench: 
   const pending = await earlier();
   if (pending.length > 0) {
     log(bench, `waiting for earlier namespaces to be deleted: ${pending.join(", ")}`);
-    for (const ns of pending) await client.delete(`/api/v1/namespaces/${ns}`).catch(() => {});
+    // No operator of theirs runs any more (benches run one at a time): their runs' finalizers go too.
+    for (const ns of pending) await deleteNamespaceWithoutOperator(client, ns);
     await until("earlier bench namespaces deleted", async () => (await earlier()).length === 0, 900_000, 1000);
   }
   const ns = `${prefix}-${randomBytes(3).toString("hex")}`;
   await client.create("/api/v1/namespaces", { apiVersion: "v1", kind: "Namespace", metadata: { name: ns } });
   await until("the namespace's default ServiceAccount", () => client.get(`/api/v1/namespaces/${ns}/serviceaccounts/default`).then(() => true, () => false));
   return ns;
+}
+
+/**
+ * Deletes a bench's namespace once no operator is left: its runs carry the operator's finalizer,
+ * which only an operator takes off, so they are dropped here; otherwise the namespace stays
+ * Terminating for ever and the bench's next run waits for it. Resolves to how many were dropped.
+ */
+export async function deleteNamespaceWithoutOperator(client: KubeClient, ns: string, concurrency = 16): Promise<number> {
+  await client.delete(`/api/v1/namespaces/${ns}`).catch(() => {});
+  const left = await client.get<{ items: Json[] }>(paths.runs(ns)).catch(() => ({ items: [] as Json[] }));
+  const finalized = left.items.filter((r) => ((r.metadata as { finalizers?: string[] }).finalizers ?? []).length > 0).map((r) => (r.metadata as { name: string }).name);
+  await pool(finalized, concurrency, (name) => client.mergePatch(paths.run(ns, name), { metadata: { finalizers: null } }).catch(() => {}));
+  return finalized.length;
 }
 
 /** The namespace whose service accounts the control plane's audit policy records. */
@@ -112,42 +126,58 @@ export const auditedUser = (account: string) => `system:serviceaccount:${AUDITED
  * A kubeconfig for a cluster-admin service account of the audited namespace (`operator`, or one
  * per replica when a test must tell replicas apart in the audit log).
  */
-export async function operatorKubeconfig(client: KubeClient, adminKubeconfig: string, account = OPERATOR_ACCOUNT): Promise<string> {
-  const ensure = async (path: string, object: unknown) => {
-    try {
-      await client.create(path, object);
-    } catch (err) {
-      if (!isAlreadyExists(err)) throw err;
-    }
-  };
-  await ensure("/api/v1/namespaces", { apiVersion: "v1", kind: "Namespace", metadata: { name: AUDITED_NAMESPACE } });
-  await ensure(`/api/v1/namespaces/${AUDITED_NAMESPACE}/serviceaccounts`, { apiVersion: "v1", kind: "ServiceAccount", metadata: { name: account } });
-  await ensure("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+export async function operatorKubeconfig(client: KubeClient, adminKubeconfig: string, account = OPERATOR_ACCOUNT, namespace = AUDITED_NAMESPACE): Promise<string> {
+  await ensure(client, "/api/v1/namespaces", { apiVersion: "v1", kind: "Namespace", metadata: { name: namespace } });
+  await ensure(client, `/api/v1/namespaces/${namespace}/serviceaccounts`, { apiVersion: "v1", kind: "ServiceAccount", metadata: { name: account } });
+  await ensure(client, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
     apiVersion: "rbac.authorization.k8s.io/v1",
     kind: "ClusterRoleBinding",
-    metadata: { name: `${AUDITED_NAMESPACE}-${account}` },
+    metadata: { name: `${namespace}-${account}` },
     roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "cluster-admin" },
-    subjects: [{ kind: "ServiceAccount", name: account, namespace: AUDITED_NAMESPACE }],
+    subjects: [{ kind: "ServiceAccount", name: account, namespace }],
   });
-  const request = await client.create<{ status: { token: string } }>(`/api/v1/namespaces/${AUDITED_NAMESPACE}/serviceaccounts/${account}/token`, {
+  const path = join(tmpdir(), `agent-watchdog-bench-${randomBytes(4).toString("hex")}.kubeconfig`);
+  writeFileSync(path, (await serviceAccountConfig(client, adminKubeconfig, namespace, account)).exportConfig(), { mode: 0o600 });
+  return path;
+}
+
+/** Creates the object unless one of its name exists. */
+async function ensure(client: KubeClient, path: string, object: unknown): Promise<void> {
+  try {
+    await client.create(path, object);
+  } catch (err) {
+    if (!isAlreadyExists(err)) throw err;
+  }
+}
+
+/** A token of a day of service account `account` of `namespace` (an existing one), in a client configuration (tokenConfig). */
+async function serviceAccountConfig(client: KubeClient, adminKubeconfig: string, namespace: string, account: string): Promise<KubeConfig> {
+  const request = await client.create<{ status: { token: string } }>(`/api/v1/namespaces/${namespace}/serviceaccounts/${account}/token`, {
     apiVersion: "authentication.k8s.io/v1",
     kind: "TokenRequest",
     spec: { expirationSeconds: 24 * 3600 },
   });
+  return tokenConfig(adminKubeconfig, account, request.status.token);
+}
+
+/**
+ * A client configuration that presents `token` to the admin kubeconfig's cluster: what a pod of
+ * that service account would present, so that the API server's authorization and its API Priority
+ * and Fairness treat the requests as they would in a cluster.
+ */
+export function tokenConfig(adminKubeconfig: string, user: string, token: string): KubeConfig {
   const admin = new KubeConfig();
   admin.loadFromFile(adminKubeconfig);
   const cluster = admin.getCurrentCluster();
   if (!cluster) throw new Error("no current cluster in the kubeconfig");
-  const path = join(tmpdir(), `agent-watchdog-bench-${randomBytes(4).toString("hex")}.kubeconfig`);
   const kc = new KubeConfig();
   kc.loadFromOptions({
     clusters: [{ name: "bench", server: cluster.server, caFile: cluster.caFile, caData: cluster.caData, skipTLSVerify: false }],
-    users: [{ name: account, token: request.status.token }],
-    contexts: [{ name: "bench", cluster: "bench", user: account }],
+    users: [{ name: user, token }],
+    contexts: [{ name: "bench", cluster: "bench", user }],
     currentContext: "bench",
   });
-  writeFileSync(path, kc.exportConfig(), { mode: 0o600 });
-  return path;
+  return kc;
 }
 
 export interface OperatorChild {
@@ -188,31 +218,51 @@ export async function startOperator(
   nodeArgs: string[] = [],
   env: Record<string, string> = {},
 ): Promise<OperatorChild> {
+  return spawnOperator(main, kubeconfig, namespaces, { args, nodeArgs, env: { ...env, POD_NAME: undefined }, logLevel: "warn", what: "the operator" });
+}
+
+interface SpawnOptions {
+  args: string[];
+  nodeArgs: string[];
+  env: Record<string, string | undefined>;
+  logLevel: "warn" | "info";
+  /** Its name in errors. */
+  what: string;
+  /** Called with each line the process writes to stdout (unread when absent). */
+  onStdout?: (text: string) => void;
+}
+
+/** The one way the benches start an operator process: on free loopback ports, waited on until its metrics answer. */
+async function spawnOperator(main: string, kubeconfig: string, namespaces: string[], options: SpawnOptions): Promise<OperatorChild & { exited: Promise<void> }> {
   const metricsPort = await freePort();
   const healthPort = await freePort();
   const spawnedAt = Date.now();
   const child = spawn(
     process.execPath,
     [
-      ...nodeArgs,
+      ...options.nodeArgs,
       main,
       `--namespaces=${namespaces.join(",")}`,
       `--metrics-bind-address=127.0.0.1:${metricsPort}`,
       `--health-probe-bind-address=127.0.0.1:${healthPort}`,
-      "--log-level=warn",
+      `--log-level=${options.logLevel}`,
       // The benches measure the operator's own cost on kwok: no per-run identity (a bench that
       // wants one passes the flag, which wins).
       "--sandbox-service-account=none",
-      ...args,
+      ...options.args,
     ],
-    { env: { ...process.env, ...env, KUBECONFIG: kubeconfig, POD_NAME: undefined }, stdio: ["ignore", "ignore", "inherit"] },
+    { env: { ...process.env, ...options.env, KUBECONFIG: kubeconfig }, stdio: ["ignore", options.onStdout ? "pipe" : "ignore", "inherit"] },
   );
+  if (options.onStdout) {
+    child.stdout?.setEncoding("utf8");
+    child.stdout?.on("data", options.onStdout);
+  }
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   const metrics = () => fetch(`http://127.0.0.1:${metricsPort}/metrics`).then((r) => r.text());
   await until(
-    "the operator's metrics",
+    `${options.what}'s metrics`,
     () => {
-      if (child.exitCode !== null) throw new Error(`the operator exited with ${child.exitCode}`);
+      if (child.exitCode !== null) throw new Error(`${options.what} exited with ${child.exitCode}`);
       return metrics().then(() => true, () => false);
     },
     60_000,
@@ -220,6 +270,7 @@ export async function startOperator(
   return {
     child,
     spawnedAt,
+    exited,
     metrics,
     ready: () => fetch(`http://127.0.0.1:${healthPort}/readyz`).then((r) => r.ok, () => false),
     rssBytes: () => rssOf(child.pid),
@@ -431,27 +482,9 @@ export interface ReplicaChild extends OperatorChild {
  * it) and logging at info level, whose lines it keeps; resolves once its metrics answer.
  */
 export async function startReplica(main: string, kubeconfig: string, namespaces: string[], identity: string, args: string[] = [], nodeArgs: string[] = []): Promise<ReplicaChild> {
-  const metricsPort = await freePort();
-  const healthPort = await freePort();
-  const spawnedAt = Date.now();
-  const child = spawn(
-    process.execPath,
-    [
-      ...nodeArgs,
-      main,
-      `--namespaces=${namespaces.join(",")}`,
-      `--metrics-bind-address=127.0.0.1:${metricsPort}`,
-      `--health-probe-bind-address=127.0.0.1:${healthPort}`,
-      "--log-level=info",
-      "--sandbox-service-account=none",
-      ...args,
-    ],
-    { env: { ...process.env, KUBECONFIG: kubeconfig, POD_NAME: identity }, stdio: ["ignore", "pipe", "inherit"] },
-  );
   const logs: LogLine[] = [];
   let rest = "";
-  child.stdout?.setEncoding("utf8");
-  child.stdout?.on("data", (chunk: string) => {
+  const onStdout = (chunk: string) => {
     const lines = (rest + chunk).split("\n");
     rest = lines.pop() ?? "";
     for (const line of lines) {
@@ -462,31 +495,9 @@ export async function startReplica(main: string, kubeconfig: string, namespaces:
         // Not a log line of the operator's (nothing else writes to its stdout).
       }
     }
-  });
-  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  const metrics = () => fetch(`http://127.0.0.1:${metricsPort}/metrics`).then((r) => r.text());
-  await until(
-    `replica ${identity}'s metrics`,
-    () => {
-      if (child.exitCode !== null) throw new Error(`replica ${identity} exited with ${child.exitCode}`);
-      return metrics().then(() => true, () => false);
-    },
-    60_000,
-  );
-  return {
-    identity,
-    child,
-    spawnedAt,
-    logs,
-    exited,
-    metrics,
-    ready: () => fetch(`http://127.0.0.1:${healthPort}/readyz`).then((r) => r.ok, () => false),
-    rssBytes: () => rssOf(child.pid),
-    async stop() {
-      if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
-      await exited;
-    },
   };
+  const replica = await spawnOperator(main, kubeconfig, namespaces, { args, nodeArgs, env: { POD_NAME: identity }, logLevel: "info", what: `replica ${identity}`, onStdout });
+  return { ...replica, identity, logs };
 }
 
 /**

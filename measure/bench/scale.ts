@@ -34,6 +34,7 @@ import {
   type OperatorChild,
   PodCensus,
   heartbeat,
+  deleteNamespaceWithoutOperator,
 } from "./lib.ts";
 
 const HELP = `usage: npm run bench:scale -- [--runs 10000] [--heartbeat-sample 1000]
@@ -253,7 +254,7 @@ async function main(): Promise<void> {
   } finally {
     census.stop();
     await operator.stop();
-    await client.delete(`/api/v1/namespaces/${ns}`).catch(() => {});
+    await deleteNamespaceWithoutOperator(client, ns);
   }
 }
 

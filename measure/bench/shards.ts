@@ -55,6 +55,7 @@ import {
   type ReplicaChild,
   PodCensus,
   heartbeat,
+  deleteNamespaceWithoutOperator,
 } from "./lib.ts";
 
 const HELP = `usage: npm run bench:shards -- [--replicas 3] [--runs 10000] [--shards N]
@@ -625,14 +626,8 @@ async function main(): Promise<void> {
         clearTimeout(kill);
       }),
     );
-    // The runs carry the operator's finalizer, and no operator is left to remove it: without this
-    // the namespace would stay Terminating, and the bench's next run would wait for it.
     log(`deleting ${ns} and dropping its runs' finalizers`);
-    await client.delete(`/api/v1/namespaces/${ns}`).catch(() => {});
-    const left = await client.get<{ items: Json[] }>(paths.runs(ns)).catch(() => ({ items: [] as Json[] }));
-    const finalized = left.items.filter((r) => ((r.metadata as { finalizers?: string[] }).finalizers ?? []).length > 0).map((r) => (r.metadata as { name: string }).name);
-    await pool(finalized, CREATE_CONCURRENCY, (name) => client.mergePatch(paths.run(ns, name), { metadata: { finalizers: null } }).catch(() => {}));
-    log(`${finalized.length} finalizers dropped`);
+    log(`${await deleteNamespaceWithoutOperator(client, ns, CREATE_CONCURRENCY)} finalizers dropped`);
   }
 }
 

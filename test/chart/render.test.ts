@@ -239,6 +239,16 @@ describe("helm template with the default values", () => {
     ]);
   });
 
+  it("keeps the sandboxes' priority level to its own seats, and the operator's lending none", async () => {
+    const objects = await render({}, { namespace: NS });
+    const sandboxes = find(objects, "PriorityLevelConfiguration", "agent-watchdog-sandboxes").spec.limited;
+    expect(sandboxes).toMatchObject({ nominalConcurrencyShares: 10, borrowingLimitPercent: 0 });
+    expect(sandboxes.limitResponse).toEqual({ type: "Queue", queuing: { queues: 64, handSize: 6, queueLengthLimit: 50 } });
+    expect(find(objects, "PriorityLevelConfiguration", "agent-watchdog-operator").spec.limited).toMatchObject({ nominalConcurrencyShares: 40, lendablePercent: 0 });
+    const raised = await render({ apiPriority: { sandboxes: { nominalConcurrencyShares: 20, borrowingLimitPercent: 50 } } }, { namespace: NS });
+    expect(find(raised, "PriorityLevelConfiguration", "agent-watchdog-sandboxes").spec.limited).toMatchObject({ nominalConcurrencyShares: 20, borrowingLimitPercent: 50 });
+  });
+
   it("templates the repository's CRD, kept on uninstall", async () => {
     const crd = find(await render({}, { namespace: NS }), "CustomResourceDefinition");
     const source = agentRunCrd() as any;
@@ -636,6 +646,7 @@ describe("the values schema and the templates refuse bad values with a clear mes
     ["an operator ServiceAccount that looks like a sandbox", { serviceAccount: { name: "ops-sandbox" } }, [], /ends in -sandbox, which marks sandbox identities/],
     ["sandboxes' FlowSchema matched before the operator's", { apiPriority: { operator: { matchingPrecedence: 900 } } }, [], /apiPriority\.operator\.matchingPrecedence \(900\) must be below apiPriority\.sandboxes\.matchingPrecedence \(850\)/],
     ["a priority level with no share", { apiPriority: { sandboxes: { nominalConcurrencyShares: 0 } } }, [], /\/apiPriority\/sandboxes\/nominalConcurrencyShares.*minimum/],
+    ["a negative borrowing limit", { apiPriority: { sandboxes: { borrowingLimitPercent: -1 } } }, [], /\/apiPriority\/sandboxes\/borrowingLimitPercent.*minimum/],
   ];
   for (const [what, values, args, message] of cases) {
     it(`refuses ${what}`, async () => {

@@ -76,7 +76,9 @@ export class WorkQueue {
   private readonly addedAt = new Map<string, number>();
   private readonly startedAt = new Map<string, number>();
   private readonly delayed = new Map<string, { at: number; timer: NodeJS.Timeout }>();
-  private readonly waiters: { dueOnly: boolean; resolve: (key: string | undefined) => void }[] = [];
+  /** Workers waiting for any key, and workers waiting for a due key only. */
+  private readonly waiters: ((key: string | undefined) => void)[] = [];
+  private readonly dueOnlyWaiters: ((key: string | undefined) => void)[] = [];
   private readonly backoff = new ItemBackoff();
   private readonly bucket = new TokenBucket();
   private shuttingDown = false;
@@ -165,7 +167,7 @@ export class WorkQueue {
     const key = first(this.dueQueue) ?? (dueOnly ? undefined : (first(this.queue) ?? first(this.idleQueue)));
     if (key !== undefined) return Promise.resolve(this.take(key));
     if (this.shuttingDown) return Promise.resolve(undefined);
-    return new Promise((resolve) => this.waiters.push({ dueOnly, resolve }));
+    return new Promise((resolve) => (dueOnly ? this.dueOnlyWaiters : this.waiters).push(resolve));
   }
 
   done(key: string): void {
@@ -191,7 +193,7 @@ export class WorkQueue {
     this.shuttingDown = true;
     for (const { timer } of this.delayed.values()) clearTimeout(timer);
     this.delayed.clear();
-    for (const waiter of this.waiters.splice(0)) waiter.resolve(undefined);
+    for (const waiter of [...this.waiters.splice(0), ...this.dueOnlyWaiters.splice(0)]) waiter(undefined);
     // Nothing left here will be worked on (a shard handed back is another replica's to work now).
     this.metrics.depth(0);
   }
@@ -200,14 +202,12 @@ export class WorkQueue {
     // A due key goes to a due-only worker first, keeping the others for routine work; any other
     // key only to a worker that takes every kind.
     const due = this.due.has(key);
-    let index = this.waiters.findIndex((w) => w.dueOnly === due);
-    if (index < 0 && due) index = 0;
-    const waiter = index >= 0 ? this.waiters.splice(index, 1)[0] : undefined;
+    const waiter = (due ? this.dueOnlyWaiters.shift() : undefined) ?? this.waiters.shift();
     if (waiter) {
-      waiter.resolve(this.take(key));
+      waiter(this.take(key));
       return;
     }
-    if (this.due.has(key)) this.dueQueue.add(key);
+    if (due) this.dueQueue.add(key);
     else if (this.idle.has(key)) this.idleQueue.add(key);
     else this.queue.add(key);
     this.metrics.depth(this.length);

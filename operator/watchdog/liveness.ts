@@ -119,6 +119,23 @@ export function lastSignOfLife(hb: CurrentHeartbeat | undefined, agentStartedAt:
   return times.length ? Math.max(...times) : undefined;
 }
 
+/**
+ * Whether the current heartbeat was accepted after the pod was created, whatever the rounding of
+ * either time: then this pod's sandbox wrote it (the attempt's earlier pod, if any, was gone before
+ * this one was made: rule 9), after its agent had started, and the agent's start says nothing
+ * more of its liveness. It matters because the start is known only as an upper bound that moves:
+ * the time of the kubelet's newest write of the pod's container states, which the kubelet makes
+ * again for reasons of its own (after an API server restart, when a paused node comes back). To an
+ * operator that did not see the start (restarted, or given the run's shard), that write would
+ * pass for the start and put off a hung sandbox's kill by up to a whole heartbeat timeout. A
+ * heartbeat that may predate the pod (the same attempt resumed in a new sandbox after an approval)
+ * leaves the start in force.
+ */
+export function heartbeatAfterPodCreated(hb: CurrentHeartbeat | undefined, podCreatedAt: number): boolean {
+  // acceptedAt is at most a second past the true moment; creationTimestamp is at most a second before it.
+  return hb?.acceptedAt !== undefined && hb.acceptedAt - SERVER_TIME_RESOLUTION_MS > podCreatedAt + SERVER_TIME_RESOLUTION_MS;
+}
+
 /** Where the API server records the kubelet's (or any node agent's) writes of a pod's container states. */
 const CONTAINER_STATES_FIELD = ["f:status", "f:containerStatuses"];
 

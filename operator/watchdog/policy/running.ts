@@ -5,7 +5,7 @@ import type { Phase } from "../../api/agentrun.ts";
 import { formatDuration } from "../../api/duration.ts";
 import { cutToCodePoints } from "../../api/limits.ts";
 import { reintroduced } from "../../defects.ts";
-import { lastSignOfLife, onServerClock } from "../liveness.ts";
+import { heartbeatAfterPodCreated, lastSignOfLife, onServerClock } from "../liveness.ts";
 import { hasWork, isLive, type PodView } from "../observe.ts";
 import { event, merge, type Outcome, type OperatorStatus } from "../outcome.ts";
 import { REASONS } from "../reasons.ts";
@@ -108,7 +108,8 @@ export function running(view: RunView, next: OperatorStatus): Outcome {
   // and never before the run named this pod, since admission refuses its writes until then.
   // Only before the first heartbeat: an accepted one already came after the naming.
   const named = hb || reintroduced("late-naming") ? undefined : namedAt(next, attempt);
-  const lastAlive = lastSignOfLife(hb, pod.agent.startSeenAt, view.heartbeatErasedAt, named);
+  const started = heartbeatAfterPodCreated(hb, pod.createdAt) ? undefined : pod.agent.startSeenAt;
+  const lastAlive = lastSignOfLife(hb, started, view.heartbeatErasedAt, named);
   const deadline = notBefore(lastAlive ?? pod.createdAt) + view.settings.heartbeatTimeoutMs;
   if (view.now > deadline) {
     const since =

@@ -346,6 +346,58 @@ describe("7. no clock but the API server's decides a kill", () => {
   });
 });
 
+describe("7b. the kubelet's later writes do not put off a kill", () => {
+  /** The kubelet writes the pod's status again (as after an API server restart): its container-state write moves to now. */
+  const kubeletWritesAgain = (w: World) => {
+    const pod = w.currentPod() as { metadata: { managedFields: { time: string }[] } };
+    pod.metadata.managedFields = pod.metadata.managedFields.map((entry) => ({ ...entry, time: iso(Math.floor(w.now / S) * S).replace(".000Z", "Z") }));
+  };
+
+  for (const takenOver of [false, true]) {
+    it(`kills a sandbox a minute after its last heartbeat, though the kubelet wrote its pod's status since${takenOver ? ", for an operator that took the run over" : ""}`, () => {
+      const w = new World(quick);
+      w.settle();
+      w.advance(5 * S);
+      w.podRunning();
+      w.advance(3 * S);
+      w.heartbeat();
+      w.settle();
+      const lastBeat = w.now;
+      w.advance(30 * S);
+      kubeletWritesAgain(w);
+      // A replica given the run's shard (or restarted) saw neither the start nor the heartbeat.
+      if (takenOver) w.restartOperator();
+      w.reconcile();
+      expect(w.status.phase).toBe("Planning");
+      w.runUntil(lastBeat + 1 * M + 2 * S);
+      expect(w.status).toMatchObject({ phase: "Queued", attempt: 2 });
+      expect(w.status.lastFailure?.reason).toBe("HeartbeatTimeout");
+      expect(w.status.lastFailure?.message).toMatch(/the last heartbeat was accepted at/);
+    });
+  }
+
+  it("keeps the agent's start in force when the heartbeat may be older than the pod", () => {
+    // As when an approved run resumes in a new sandbox within the same attempt: the attempt's
+    // heartbeat may be the old sandbox's, and only the new agent's start says when it began.
+    const w = new World(quick);
+    w.settle();
+    w.advance(5 * S);
+    w.podRunning();
+    w.advance(3 * S);
+    w.heartbeat();
+    w.settle();
+    const pod = w.currentPod() as { metadata: { creationTimestamp: string } };
+    // The same attempt's heartbeat, accepted in the second this pod was made: it may be the old sandbox's.
+    pod.metadata.creationTimestamp = iso(Math.floor(w.now / S) * S).replace(".000Z", "Z");
+    const lastBeat = w.now;
+    w.advance(30 * S);
+    kubeletWritesAgain(w);
+    w.restartOperator();
+    w.runUntil(lastBeat + 1 * M + 2 * S);
+    expect(w.status).toMatchObject({ phase: "Planning", attempt: 1 });
+  });
+});
+
 describe("8. a spec edit never kills a healthy run", () => {
   it("counts a shortened heartbeatTimeout from when it changed", () => {
     const w = started({ watchdog: { heartbeatTimeout: "1h" } });

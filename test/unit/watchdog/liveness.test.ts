@@ -8,6 +8,7 @@ import {
   agentStartOnServer,
   believe,
   currentHeartbeat,
+  heartbeatAfterPodCreated,
   lastSignOfLife,
   livenessFacts,
   onServerClock,
@@ -169,6 +170,24 @@ describe("the server's clock for the sandbox's times", () => {
   it("places no time that cannot be read", () => {
     expect(onServerClock({ heartbeat: beat(2), skewMs: H }, undefined)).toBeUndefined();
     expect(onServerClock(undefined, "soon")).toBeUndefined();
+  });
+});
+
+describe("a heartbeat certainly accepted after its pod was created", () => {
+  const accepted = (at: number | undefined): CurrentHeartbeat => ({ heartbeat: beat(2), ...(at === undefined ? {} : { acceptedAt: at }), skewMs: 0 });
+
+  it("is one whose second came after the pod's, whatever the rounding of either", () => {
+    // Created in [T0, T0 + 1 s); accepted at most a second before its bound.
+    expect(heartbeatAfterPodCreated(accepted(T0 + 2 * S), T0)).toBe(true);
+    expect(heartbeatAfterPodCreated(accepted(T0 + 2 * SERVER_TIME_RESOLUTION_MS + 1), T0)).toBe(true);
+    expect(heartbeatAfterPodCreated(accepted(T0 + 2 * SERVER_TIME_RESOLUTION_MS), T0)).toBe(false);
+    expect(heartbeatAfterPodCreated(accepted(T0 + S - 1), T0)).toBe(false);
+  });
+
+  it("is not one that may be older than the pod, or has no time, or none at all", () => {
+    expect(heartbeatAfterPodCreated(accepted(T0 - 10 * S), T0)).toBe(false);
+    expect(heartbeatAfterPodCreated(accepted(undefined), T0)).toBe(false);
+    expect(heartbeatAfterPodCreated(undefined, T0)).toBe(false);
   });
 });
 

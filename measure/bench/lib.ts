@@ -54,6 +54,23 @@ export async function until(description: string, probe: () => boolean | Promise<
   }
 }
 
+/**
+ * Waits until count() reaches target, failing only when the count has not grown for stallMs: how
+ * long thousands of objects take to come depends on the machine (30,000 pods on kwok came at 7 a
+ * second on two cores once 20,000 existed), so a total limit fails a slow machine that is still
+ * progressing, while a stall is what a bench must not wait out.
+ */
+export async function untilCounted(description: string, count: () => number, target: number, stallMs = 300_000, everyMs = 1000): Promise<void> {
+  let best = count();
+  let grewAt = Date.now();
+  while (best < target) {
+    await new Promise((r) => setTimeout(r, everyMs));
+    const now = count();
+    if (now > best) [best, grewAt] = [now, Date.now()];
+    else if (Date.now() - grewAt > stallMs) throw new Error(`waiting for ${description}: stuck at ${best} of ${target} for ${stallMs} ms`);
+  }
+}
+
 /** The nearest-rank percentile of an ascending list. */
 export const percentile = (sorted: readonly number[], p: number): number =>
   sorted.length ? (sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))] as number) : NaN;

@@ -31,6 +31,7 @@ import {
   FROM_SOURCES_OPTION,
   operatorMain,
   until,
+  untilCounted,
   type OperatorChild,
   PodCensus,
   heartbeat,
@@ -126,7 +127,7 @@ async function main(): Promise<void> {
       log(`creating runs ${created} to ${step - 1}`);
       await pool(names, 32, (name) => client.create(paths.runs(ns), benchRun(name, { heartbeatTimeout: "1h", maxRestarts: 0, stall: { enabled: false } })));
       created = step;
-      await until(`${step} sandbox pods running`, () => census.running.size >= step, 1_800_000, 1000);
+      await untilCounted(`${step} sandbox pods running`, () => census.running.size, step);
       log(`${step} pods running; one heartbeat each for the new runs`);
       await pool(names, 32, (name) => heartbeat(client, ns, name));
       await quiet(operator);

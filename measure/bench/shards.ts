@@ -51,6 +51,7 @@ import {
   FROM_SOURCES_OPTION,
   operatorMain,
   until,
+  untilCounted,
   type OperatorChild,
   type ReplicaChild,
   PodCensus,
@@ -451,7 +452,7 @@ async function main(): Promise<void> {
     });
     const createdMs = Date.now() - createStart;
     log(`${N} runs created in ${seconds(createdMs)} s; waiting for their pods`);
-    await until(`${N} sandbox pods running`, () => census.running.size >= N, 1_800_000, 1000);
+    await untilCounted(`${N} sandbox pods running`, () => census.running.size, N);
     const podsMs = Date.now() - createStart;
     log(`${N} pods running after ${seconds(podsMs)} s; one heartbeat each`);
     await pool(names, CREATE_CONCURRENCY, (name) => heartbeat(client, ns, name));

@@ -353,15 +353,21 @@ describe("7b. the kubelet's later writes do not put off a kill", () => {
     pod.metadata.managedFields = pod.metadata.managedFields.map((entry) => ({ ...entry, time: iso(Math.floor(w.now / S) * S).replace(".000Z", "Z") }));
   };
 
+  /** A sandbox that started, heartbeated once and went silent. */
+  const heartbeatedOnce = () => {
+    const w = new World(quick);
+    w.settle();
+    w.advance(5 * S);
+    w.podRunning();
+    w.advance(3 * S);
+    w.heartbeat();
+    w.settle();
+    return w;
+  };
+
   for (const takenOver of [false, true]) {
     it(`kills a sandbox a minute after its last heartbeat, though the kubelet wrote its pod's status since${takenOver ? ", for an operator that took the run over" : ""}`, () => {
-      const w = new World(quick);
-      w.settle();
-      w.advance(5 * S);
-      w.podRunning();
-      w.advance(3 * S);
-      w.heartbeat();
-      w.settle();
+      const w = heartbeatedOnce();
       const lastBeat = w.now;
       w.advance(30 * S);
       kubeletWritesAgain(w);
@@ -379,13 +385,7 @@ describe("7b. the kubelet's later writes do not put off a kill", () => {
   it("keeps the agent's start in force when the heartbeat may be older than the pod", () => {
     // As when an approved run resumes in a new sandbox within the same attempt: the attempt's
     // heartbeat may be the old sandbox's, and only the new agent's start says when it began.
-    const w = new World(quick);
-    w.settle();
-    w.advance(5 * S);
-    w.podRunning();
-    w.advance(3 * S);
-    w.heartbeat();
-    w.settle();
+    const w = heartbeatedOnce();
     const pod = w.currentPod() as { metadata: { creationTimestamp: string } };
     // The same attempt's heartbeat, accepted in the second this pod was made: it may be the old sandbox's.
     pod.metadata.creationTimestamp = iso(Math.floor(w.now / S) * S).replace(".000Z", "Z");

@@ -1,8 +1,9 @@
 // Shard ownership on coordination.k8s.io Leases, as leadership works (leader.ts) but one Lease per
 // shard, `<id>-shard-<i>`, plus one membership Lease per replica, `<id>-member-<hash>`. Every retry
-// period a replica lists them all (one request, by label), renews its membership, works out which
-// shards it should hold from the members alive (assignment.ts), renews those it holds, takes
-// those it should hold once they are free or expired, and hands back those another should hold.
+// period a replica lists them all (one request, by label), works out which shards it should hold
+// from the members alive (assignment.ts), renews its membership saying which shards it wants,
+// renews those it holds, takes those it should hold once they are free or expired, and hands back
+// those another should hold once that other says it wants them.
 //
 // Safety is the Lease's, never the assignment's: a replica writes for a shard only within the
 // renew deadline of its last successful renew of that shard's Lease (canWrite), and takes a shard
@@ -35,6 +36,15 @@ export interface ShardHandlers {
 /** The labels that find one install's Leases: which group, and whether a shard or a member. */
 export const LEASE_LABELS = { group: "watchdog.dev/lease-group", role: "watchdog.dev/lease-role" } as const;
 
+/**
+ * On a membership Lease: the shards its replica wants, by its own view of the members ("0,3,5").
+ * A holder hands a shard back only to a replica that wants it: one just started counts a dead
+ * replica as alive until that replica's Lease has gone unchanged for a lease duration by its own
+ * clock, and meanwhile wants fewer shards than the others think it should hold; handed one it does
+ * not want, it would leave it without a holder until its view caught up.
+ */
+export const WANTED_SHARDS_ANNOTATION = "watchdog.dev/wanted-shards";
+
 export const shardLeaseName = (id: string, shard: number) => `${id}-shard-${shard}`;
 export const memberLeaseName = (id: string, identity: string) => `${id}-member-${createHash("sha256").update(identity).digest("hex").slice(0, 12)}`;
 
@@ -51,7 +61,7 @@ interface Observed {
   durationMs: number;
 }
 
-const metaOf = (lease: Json) => lease.metadata as { name: string; labels?: Record<string, string> };
+const metaOf = (lease: Json) => lease.metadata as { name: string; labels?: Record<string, string>; annotations?: Record<string, string> };
 const specOf = (lease: Json) => (lease.spec ?? {}) as LeaseSpec;
 
 export class ShardLeases {
@@ -133,8 +143,12 @@ export class ShardLeases {
     for (const name of this.observed.keys()) if (!byName.has(name)) this.observed.delete(name);
     for (const lease of list.items) this.remember(lease);
 
+    this.nextExpiry = Infinity;
+    this.members = this.liveMembers(list.items);
+    const assignment = assignShards(this.members, this.options.shards);
+    const mine = assignment.get(this.options.identity) ?? [];
     const memberName = memberLeaseName(this.options.id, this.options.identity);
-    await this.write(memberName, "member", byName.get(memberName), signal).catch((err: unknown) => {
+    await this.write(memberName, "member", byName.get(memberName), signal, { [WANTED_SHARDS_ANNOTATION]: mine.join(",") }).catch((err: unknown) => {
       this.log.warn({ err: String(err) }, "could not renew this replica's membership");
     });
     // The first round only makes this replica a member: replicas started within a retry period of
@@ -142,16 +156,25 @@ export class ShardLeases {
     // every shard and handing most back (a rollout's churn). A lone replica starts 2 s later.
     const joining = !this.joined;
     this.joined = true;
-    this.nextExpiry = Infinity;
-    this.members = this.liveMembers(list.items);
     if (joining) return;
-    const wanted = new Set(assignShards(this.members, this.options.shards).get(this.options.identity) ?? []);
+    const wanted = new Set(mine);
+    const wantedBy = wantedShards(list.items);
+    const ownerOf = new Map([...assignment].flatMap(([member, shards]) => shards.map((shard) => [shard, member] as const)));
     const shards = Array.from({ length: this.options.shards }, (_, shard) => shard);
-    await Promise.all(shards.map((shard) => this.tend(shard, wanted.has(shard), byName.get(shardLeaseName(this.options.id, shard)), signal)));
+    await Promise.all(
+      shards.map((shard) => {
+        const next = ownerOf.get(shard) ?? "";
+        const ready = wantedBy.get(next)?.has(shard) ?? false;
+        return this.tend(shard, wanted.has(shard), ready, byName.get(shardLeaseName(this.options.id, shard)), signal);
+      }),
+    );
   }
 
-  /** Renews, takes or hands back one shard's Lease. */
-  private async tend(shard: number, wanted: boolean, lease: Json | undefined, signal: AbortSignal): Promise<void> {
+  /**
+   * Renews, takes or hands back one shard's Lease. `ready`: the replica that should hold it says it
+   * wants it; until then a holder that should not keeps it, rather than leave it without one.
+   */
+  private async tend(shard: number, wanted: boolean, ready: boolean, lease: Json | undefined, signal: AbortSignal): Promise<void> {
     const holding = this.held.has(shard);
     const holder = lease ? (specOf(lease).holderIdentity ?? "") : "";
     if (holding && holder !== "" && holder !== this.options.identity) {
@@ -160,8 +183,9 @@ export class ShardLeases {
       this.handlers.lost(shard, `its lease is held by ${holder}`);
       return;
     }
-    if (holding && !wanted) return this.handBack(shard, lease, "another replica should hold it now", signal);
-    if (!wanted) return;
+    if (!wanted && !holding) return;
+    if (!wanted && ready) return this.handBack(shard, lease, "another replica should hold it now", signal);
+    // Held, and wanted or kept until the replica that should hold it wants it: renewed.
     if (!holding && lease && !this.takeable(lease)) return;
     const sentAt = this.clock.monotonic();
     let written: boolean;
@@ -193,21 +217,25 @@ export class ShardLeases {
   }
 
   /** Creates or renews a Lease as held by this replica; false when another wrote first. */
-  private async write(name: string, role: "shard" | "member", lease: Json | undefined, signal: AbortSignal): Promise<boolean> {
+  private async write(name: string, role: "shard" | "member", lease: Json | undefined, signal: AbortSignal, annotations: Record<string, string> = {}): Promise<boolean> {
     const now = this.clock.wall();
     const labels = { [LEASE_LABELS.group]: this.group, [LEASE_LABELS.role]: role };
     try {
       const written = lease
         ? await this.client.request<Json>("PUT", paths.lease(this.options.namespace, name), {
             signal,
-            body: { ...lease, metadata: { ...metaOf(lease), labels: { ...metaOf(lease).labels, ...labels } }, spec: heldLeaseSpec(this.options.identity, this.options.leaseDurationMs, now, specOf(lease)) },
+            body: {
+              ...lease,
+              metadata: { ...metaOf(lease), labels: { ...metaOf(lease).labels, ...labels }, annotations: { ...metaOf(lease).annotations, ...annotations } },
+              spec: heldLeaseSpec(this.options.identity, this.options.leaseDurationMs, now, specOf(lease)),
+            },
           })
         : await this.client.request<Json>("POST", paths.leases(this.options.namespace), {
             signal,
             body: {
               apiVersion: "coordination.k8s.io/v1",
               kind: "Lease",
-              metadata: { name, namespace: this.options.namespace, labels },
+              metadata: { name, namespace: this.options.namespace, labels, annotations },
               spec: heldLeaseSpec(this.options.identity, this.options.leaseDurationMs, now),
             },
           });
@@ -301,6 +329,18 @@ export class ShardLeases {
       clearTimeout(timer);
     }
   }
+}
+
+/** Replica identity -> the shards it says it wants, from the membership Leases held. */
+function wantedShards(leases: Json[]): Map<string, Set<number>> {
+  const wanted = new Map<string, Set<number>>();
+  for (const lease of leases) {
+    const holder = specOf(lease).holderIdentity ?? "";
+    if (metaOf(lease).labels?.[LEASE_LABELS.role] !== "member" || holder === "") continue;
+    const listed = metaOf(lease).annotations?.[WANTED_SHARDS_ANNOTATION] ?? "";
+    wanted.set(holder, new Set(listed.split(",").filter((s) => /^\d+$/.test(s)).map(Number)));
+  }
+  return wanted;
 }
 
 /** A Lease handed back: no holder, a one-second duration, so that the next replica takes it at once. */

@@ -65,10 +65,15 @@ proc_runs_binary() {
 # True if the exec of binary $2 by process $1 has finished: its command line is readable again
 # and names the binary (the wrapper of proc_start passes it as argv[0]), or, for a program that
 # rewrites its argv, its executable is the binary.
+# The executable is read first: the kernel switches a process to its new memory (and so its
+# executable) before it has written the new command line, so a command line read before the
+# switch is the old program's, and with an executable read after it, would pass for a finished
+# exec. Once the executable names the binary, any command line read is the new program's.
 proc_exec_done() {
-	local pid=$1 bin=$2 argv0=""
+	local pid=$1 bin=$2 argv0="" switched=0
+	proc_runs_binary "$pid" "$bin" && switched=1
 	IFS= read -r -d "" argv0 2>/dev/null <"$AW_PROC/$pid/cmdline" || [[ -n "$argv0" ]] || return 1
-	[[ "$argv0" == "$bin" ]] || proc_runs_binary "$pid" "$bin"
+	[[ "$argv0" == "$bin" ]] || ((switched))
 }
 
 # True if component $1's recorded process still exists and is not a zombie. Sets REC_* and
@@ -135,7 +140,10 @@ proc_start() {
 	# empty while it pages the binary in. The record already identifies it either way; waiting
 	# here lets callers (and their health checks) see the component itself.
 	until proc_exec_done "$pid" "$bin"; do
-		proc_alive "$name" || return 0
+		if ! proc_alive "$name"; then
+			aw_log "$name (pid $pid) was gone before its exec of $bin finished"
+			return 0
+		fi
 		if (($(aw_now_ms) >= deadline)); then
 			aw_log "$name (pid $pid) has not finished exec'ing $bin after ${AW_EXEC_TIMEOUT:-120}s; stopping it"
 			proc_stop "$name"

@@ -172,7 +172,12 @@ export class ShardLeases {
 
   /**
    * Renews, takes or hands back one shard's Lease. `ready`: the replica that should hold it says it
-   * wants it; until then a holder that should not keeps it, rather than leave it without one.
+   * wants it. Until then a holder that should not keeps it, and a shard whose Lease has expired (or
+   * was handed back a whole second ago) is taken by any replica, rather than left without a holder;
+   * so is one whose Lease stays expired a retry period after that. A replica started after another
+   * was killed counts the dead one as alive, and may take its Leases only once it has seen them
+   * unchanged, for a lease duration from its own start: the shards the others think it should
+   * hold, it would otherwise leave unheld that long (28.5 s after a SIGKILL in a soak).
    */
   private async tend(shard: number, wanted: boolean, ready: boolean, lease: Json | undefined, signal: AbortSignal): Promise<void> {
     const holding = this.held.has(shard);
@@ -183,10 +188,10 @@ export class ShardLeases {
       this.handlers.lost(shard, `its lease is held by ${holder}`);
       return;
     }
-    if (!wanted && !holding) return;
-    if (!wanted && ready) return this.handBack(shard, lease, "another replica should hold it now", signal);
-    // Held, and wanted or kept until the replica that should hold it wants it: renewed.
-    if (!holding && lease && !this.takeable(lease)) return;
+    if (!wanted && holding && ready) return this.handBack(shard, lease, "another replica should hold it now", signal);
+    if (!wanted && !holding && (!lease || !this.expired(lease, ready ? this.options.retryPeriodMs : 0))) return;
+    // Wanted, or held (or taken) until the replica that should hold it wants it.
+    if (wanted && !holding && lease && !this.takeable(lease)) return;
     const sentAt = this.clock.monotonic();
     let written: boolean;
     try {
@@ -199,7 +204,7 @@ export class ShardLeases {
     if (!written || this.stopped || (holding && !this.held.has(shard))) return;
     this.held.set(shard, sentAt);
     if (!holding) {
-      this.log.info({ shard }, "acquired a shard");
+      this.log.info({ shard, ...(wanted ? {} : { until: "the replica that should hold it wants it" }) }, "acquired a shard");
       this.handlers.acquired(shard);
     }
   }
@@ -207,10 +212,14 @@ export class ShardLeases {
   /** Whether another's Lease may be taken: released, ours, or unchanged for its whole duration. */
   private takeable(lease: Json): boolean {
     const holder = specOf(lease).holderIdentity ?? "";
-    if (holder === "" || holder === this.options.identity) return true;
+    return holder === "" || holder === this.options.identity || this.expired(lease);
+  }
+
+  /** Whether a Lease has not changed for its whole duration (one second for one handed back), and `laterMs`. */
+  private expired(lease: Json, laterMs = 0): boolean {
     const seen = this.observed.get(metaOf(lease).name);
     if (!seen) return false;
-    const expiresAt = seen.at + seen.durationMs + EXPIRY_MARGIN_MS;
+    const expiresAt = seen.at + seen.durationMs + EXPIRY_MARGIN_MS + laterMs;
     if (this.clock.monotonic() >= expiresAt) return true;
     this.nextExpiry = Math.min(this.nextExpiry, expiresAt);
     return false;

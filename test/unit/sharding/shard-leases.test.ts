@@ -140,6 +140,39 @@ describe("ShardLeases", () => {
     expect(w.violations).toEqual([]);
   });
 
+  // The killed replica's replacement starts before its Leases expire: it counts the dead one as
+  // alive, and may take a Lease only once it has seen it unchanged for a lease duration from its
+  // own start. The survivors, who think it should hold some of the dead one's shards, take those
+  // themselves meanwhile (a retry period after the Leases expire, as it says it wants them).
+  it("has a killed replica's shards held within a lease duration and two retry periods of the kill, however soon a replacement joins", async () => {
+    const took: Record<number, number> = {};
+    for (const joinAfterMs of [1_000, 5_000, 8_000, 12_000]) {
+      vi.useRealTimers();
+      vi.useFakeTimers();
+      const w = new World(6);
+      const victim = w.start();
+      const survivors = [w.start(), w.start()];
+      await w.until(() => w.settled(), 5 * retryPeriodMs);
+      await w.advance(2 * retryPeriodMs + 300);
+      const its = victim.writable();
+      expect(its).toHaveLength(2);
+      victim.link = "dead";
+      const killedAt = Date.now();
+      await w.advance(joinAfterMs, 10);
+      const replacement = w.start();
+      await w.until(() => its.every((s) => w.writers(s).some((r) => r !== victim)), 4 * leaseDurationMs);
+      took[joinAfterMs] = Date.now() - killedAt;
+      // and in the end the replacement holds its share
+      await w.until(() => w.settled(), 3 * leaseDurationMs);
+      expect(w.settled()).toBe(true);
+      for (const r of [...survivors, replacement]) expect(r.writable()).toHaveLength(2);
+      expect(w.violations).toEqual([]);
+    }
+    // The survivors see the victim's last renew up to a retry period late, and wait one more.
+    const bound = leaseDurationMs + 2 * retryPeriodMs + EXPIRY_MARGIN_MS;
+    expect(Math.max(...Object.values(took)), `ms from the kill to its shards held, by ms from the kill to the replacement's start: ${JSON.stringify(took)}`).toBeLessThanOrEqual(bound);
+  });
+
   it("refuses writes by its clock once a renew deadline has passed, before its timer fires", async () => {
     const w = new World(2);
     const a = w.start();

@@ -172,12 +172,14 @@ export class ShardLeases {
 
   /**
    * Renews, takes or hands back one shard's Lease. `ready`: the replica that should hold it says it
-   * wants it. Until then a holder that should not keeps it, and a shard whose Lease has expired (or
-   * was handed back a whole second ago) is taken by any replica, rather than left without a holder;
-   * so is one whose Lease stays expired a retry period after that. A replica started after another
-   * was killed counts the dead one as alive, and may take its Leases only once it has seen them
-   * unchanged, for a lease duration from its own start: the shards the others think it should
-   * hold, it would otherwise leave unheld that long (28.5 s after a SIGKILL in a soak).
+   * wants it. Until then a holder that should not keeps it. And a shard whose Lease is still
+   * expired (or handed back) a retry period after it expired, which the replica that should hold
+   * it would have taken by then, is taken by any replica rather than left without a holder: a
+   * replica started after another was killed counts the dead one as alive, and may take its Leases
+   * only once it has seen them unchanged for a lease duration from its own start; the shards the
+   * others think it should hold, it would otherwise leave unheld that long (28.5 s after a SIGKILL
+   * in a soak). Taken sooner, they would often move twice (the others' views of who is alive
+   * differ by up to a retry period).
    */
   private async tend(shard: number, wanted: boolean, ready: boolean, lease: Json | undefined, signal: AbortSignal): Promise<void> {
     const holding = this.held.has(shard);
@@ -189,7 +191,7 @@ export class ShardLeases {
       return;
     }
     if (!wanted && holding && ready) return this.handBack(shard, lease, "another replica should hold it now", signal);
-    if (!wanted && !holding && (!lease || !this.expired(lease, ready ? this.options.retryPeriodMs : 0))) return;
+    if (!wanted && !holding && (!lease || !this.expired(lease, this.options.retryPeriodMs))) return;
     // Wanted, or held (or taken) until the replica that should hold it wants it.
     if (wanted && !holding && lease && !this.takeable(lease)) return;
     const sentAt = this.clock.monotonic();

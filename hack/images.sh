@@ -136,7 +136,7 @@ base_current() {
 }
 
 build_deps_base() {
-	local hash work start
+	local hash work start npm_package
 	hash="$(recipe_hash deps "$(npm --version)")"
 	base_current "$DEPS_BASE" "$hash" && return 0
 	start="$(aw_now_ms)"
@@ -150,7 +150,12 @@ build_deps_base() {
 	install -D -m 0755 "$NODE_BIN" "$work/rootfs/usr/local/bin/node"
 	# npm as the official image lays it out; the machine's own npm, since nothing may be fetched.
 	mkdir -p "$work/rootfs/usr/local/lib/node_modules"
-	cp -a "$(npm root -g)/npm" "$work/rootfs/usr/local/lib/node_modules/npm"
+	# The package of the npm that runs here (the one the recipe's `npm --version` names), found from
+	# its command: `npm root -g` would name the global folder of whichever node runs npm, which is
+	# the project's own Node 24 when that comes first on PATH, and holds no npm.
+	npm_package="$(dirname "$(dirname "$(readlink -f "$(command -v npm)")")")"
+	[[ -f "$npm_package/package.json" ]] || aw_die "could not find npm's package from $(command -v npm)"
+	cp -a "$npm_package" "$work/rootfs/usr/local/lib/node_modules/npm"
 	ln -s ../lib/node_modules/npm/bin/npm-cli.js "$work/rootfs/usr/local/bin/npm"
 	ln -s ../lib/node_modules/npm/bin/npx-cli.js "$work/rootfs/usr/local/bin/npx"
 	commit_rootfs "$DEPS_BASE" "$work/rootfs" --annotation "org.agent-watchdog.recipe=$hash" \

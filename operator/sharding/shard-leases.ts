@@ -157,7 +157,6 @@ export class ShardLeases {
     const joining = !this.joined;
     this.joined = true;
     if (joining) return;
-    const wanted = new Set(mine);
     const wantedBy = wantedShards(list.items);
     const ownerOf = new Map([...assignment].flatMap(([member, shards]) => shards.map((shard) => [shard, member] as const)));
     const shards = Array.from({ length: this.options.shards }, (_, shard) => shard);
@@ -165,21 +164,19 @@ export class ShardLeases {
       shards.map((shard) => {
         const next = ownerOf.get(shard) ?? "";
         const ready = wantedBy.get(next)?.has(shard) ?? false;
-        return this.tend(shard, wanted.has(shard), ready, byName.get(shardLeaseName(this.options.id, shard)), signal);
+        return this.tend(shard, next === this.options.identity, ready, byName.get(shardLeaseName(this.options.id, shard)), signal);
       }),
     );
   }
 
   /**
    * Renews, takes or hands back one shard's Lease. `ready`: the replica that should hold it says it
-   * wants it. Until then a holder that should not keeps it. And a shard whose Lease is still
-   * expired (or handed back) a retry period after it expired, which the replica that should hold
-   * it would have taken by then, is taken by any replica rather than left without a holder: a
-   * replica started after another was killed counts the dead one as alive, and may take its Leases
-   * only once it has seen them unchanged for a lease duration from its own start; the shards the
-   * others think it should hold, it would otherwise leave unheld that long (28.5 s after a SIGKILL
-   * in a soak). Taken sooner, they would often move twice (the others' views of who is alive
-   * differ by up to a retry period).
+   * wants it (WANTED_SHARDS_ANNOTATION); until then a holder that should not keeps it. A shard whose
+   * Lease is still expired (or handed back) a retry period after it expired, when the one that
+   * should hold it would have taken it, is taken by any replica rather than left without a holder:
+   * a replica just started may take another's Lease only a lease duration after its own start.
+   * Not sooner: the replicas' views of who is alive differ by up to a retry period, and a shard
+   * taken at once would often move twice.
    */
   private async tend(shard: number, wanted: boolean, ready: boolean, lease: Json | undefined, signal: AbortSignal): Promise<void> {
     const holding = this.held.has(shard);

@@ -143,7 +143,7 @@ describe("ShardLeases", () => {
   // The killed replica's replacement starts before its Leases expire: it counts the dead one as
   // alive, and may take a Lease only once it has seen it unchanged for a lease duration from its
   // own start. The survivors, who think it should hold some of the dead one's shards, take those
-  // themselves meanwhile (a retry period after the Leases expire, as it says it wants them).
+  // themselves meanwhile (a retry period after the Leases expire), and hand them on later.
   it("has a killed replica's shards held within a lease duration and two retry periods of the kill, however soon a replacement joins", async () => {
     const took: Record<number, number> = {};
     for (const joinAfterMs of [1_000, 5_000, 8_000, 12_000]) {
